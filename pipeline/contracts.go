@@ -1,0 +1,70 @@
+// Package pipeline moves responses from the sources (poller, webhooks) to the
+// sinks: fetch each response's detail concurrently, flatten it into Arrow
+// records, batch by rows, bytes and time, write, then acknowledge. It
+// declares the interfaces its neighbours implement; it imports none of the
+// project's packages but its own subpackages.
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+// Fetcher reads one response's detail. source/surveyapi's client implements
+// it. An error matching survey.ErrNotFound means the response was removed.
+type Fetcher interface {
+	GetResponse(ctx context.Context, surveyID int64, responseID survey.GUID) (*survey.Response, error)
+}
+
+// Sink writes batches durably. Write returns nil only once every row of the
+// batch is durable; it may be called again with the same batch after an
+// error, and must not create visible duplicates when it is. Write does not
+// release the batch.
+type Sink interface {
+	Write(ctx context.Context, b *flatten.Batch) error
+}
+
+// Stream names: one per list status filter (spec §4.3).
+const (
+	StreamCompleted    = survey.StatusCompleted
+	StreamDisqualified = survey.StatusDisqualified
+	StreamQuotaFull    = survey.StatusQuotaFull
+	StreamPartial      = survey.StatusPartial
+)
+
+// StreamState is the checkpoint of one survey's stream (table sync_state).
+type StreamState struct {
+	SurveyID  int64
+	Stream    string
+	Watermark time.Time // every response of the stream up to here is durably written
+	LastRunAt time.Time
+	LastError string
+	Synced    int64 // responses written by this stream, all time
+	UpdatedAt time.Time
+}
+
+// StateStore keeps stream checkpoints. sink/clickhouse keeps them in
+// sync_state; sink/parquet in a small file beside the data.
+type StateStore interface {
+	LoadStates(ctx context.Context) ([]StreamState, error)
+	SaveStates(ctx context.Context, states []StreamState) error
+}
+
+// SurveyInfo is a row of the surveys table.
+type SurveyInfo struct {
+	SurveyID   int64
+	Name       string
+	LaunchedAt *time.Time
+	EndedAt    *time.Time
+	FirstSeen  time.Time
+	LastSeen   time.Time
+}
+
+// SurveyStore keeps what is known about surveys (table surveys).
+type SurveyStore interface {
+	LoadSurveys(ctx context.Context) ([]SurveyInfo, error)
+	SaveSurveys(ctx context.Context, surveys []SurveyInfo) error
+}
