@@ -1,0 +1,51 @@
+package poll
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	cycles       *prometheus.CounterVec
+	cycleSeconds *prometheus.HistogramVec
+	pages        *prometheus.CounterVec
+	listed       *prometheus.CounterVec
+	reread       *prometheus.CounterVec
+	reconciled   *prometheus.CounterVec
+	watermark    *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_cycles_total",
+			Help: "Poll cycles of a stream, by stream and outcome (ok, error).",
+		}, []string{"stream", "outcome"}),
+		cycleSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "surveysync_poll_cycle_duration_seconds",
+			Help:    "Duration of one poll cycle of a stream, until every response is written.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
+		}, []string{"stream"}),
+		pages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_pages_total",
+			Help: "Response list pages read, by stream.",
+		}, []string{"stream"}),
+		listed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_responses_listed_total",
+			Help: "Response ids read from list pages, by stream.",
+		}, []string{"stream"}),
+		reread: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_window_repages_total",
+			Help: "Windows paged again because their total changed while paged.",
+		}, []string{"stream"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_reconciled_total",
+			Help: "Responses re-read by the reconcile pass, by reason (vanished from lists, missing from warehouse).",
+		}, []string{"reason"}),
+		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "surveysync_poll_watermark_timestamp_seconds",
+			Help: "Unix time of a stream's watermark: every response up to it is written.",
+		}, []string{"survey_id", "stream"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.cycles, m.cycleSeconds, m.pages, m.listed, m.reread, m.reconciled, m.watermark)
+	}
+	return m
+}

@@ -1,0 +1,265 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type fakeResp struct {
+	id        survey.GUID
+	status    string
+	created   time.Time
+	completed time.Time
+}
+
+// fakeAPI lists in-memory responses with exclusive bounds (the strictest
+// reading of the spec), ordered by date then id.
+type fakeAPI struct {
+	mu      sync.Mutex
+	resps   []fakeResp
+	calls   int
+	onList  func(q survey.ListQuery)
+	failAll error
+}
+
+func (f *fakeAPI) ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error) {
+	if f.onList != nil {
+		f.onList(q)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.failAll != nil {
+		return nil, f.failAll
+	}
+	var match []fakeResp
+	for _, r := range f.resps {
+		if r.status != q.Status {
+			continue
+		}
+		d := r.completed
+		lo, hi := q.StartCompletedAt, q.EndCompletedAt
+		if q.Status == survey.StatusPartial {
+			d, lo, hi = r.created, q.StartStartedAt, q.EndStartedAt
+		}
+		if !lo.IsZero() && !d.After(lo) || !hi.IsZero() && !d.Before(hi) {
+			continue
+		}
+		match = append(match, r)
+	}
+	sort.Slice(match, func(i, j int) bool { return match[i].id < match[j].id })
+	out := &survey.ResponseList{PerPage: q.PerPage, Page: q.Page, Total: len(match)}
+	for i := (q.Page - 1) * q.PerPage; i < len(match) && i < q.Page*q.PerPage; i++ {
+		out.Data = append(out.Data, survey.ResponseRef{ResponseID: match[i].id})
+	}
+	return out, nil
+}
+
+type fakeSub struct {
+	mu   sync.Mutex
+	got  map[survey.GUID]int
+	fail func(id survey.GUID) error
+}
+
+func (s *fakeSub) Submit(ctx context.Context, r pipeline.Ref) error {
+	s.mu.Lock()
+	if s.got == nil {
+		s.got = map[survey.GUID]int{}
+	}
+	s.got[r.ResponseID]++
+	var err error
+	if s.fail != nil {
+		err = s.fail(r.ResponseID)
+	}
+	s.mu.Unlock()
+	go r.Done(err) // acks arrive from another goroutine, as from the pipeline
+	return nil
+}
+
+type memStates struct {
+	mu sync.Mutex
+	m  map[streamKey]pipeline.StreamState
+}
+
+func (s *memStates) LoadStates(context.Context) ([]pipeline.StreamState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []pipeline.StreamState
+	for _, v := range s.m {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s *memStates) SaveStates(_ context.Context, st []pipeline.StreamState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[streamKey]pipeline.StreamState{}
+	}
+	for _, v := range st {
+		s.m[streamKey{v.SurveyID, v.Stream}] = v
+	}
+	return nil
+}
+
+func gen(n int, base time.Time, status string) []fakeResp {
+	out := make([]fakeResp, n)
+	for i := range out {
+		t := base.Add(time.Duration(i) * time.Minute)
+		out[i] = fakeResp{id: survey.GUID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i)), status: status, created: t.Add(-time.Hour), completed: t}
+	}
+	return out
+}
+
+func TestCycleSubmitsEveryResponseAndMovesWatermark(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	api := &fakeAPI{resps: gen(5000, now.Add(-30*24*time.Hour), survey.StatusCompleted)}
+	sub := &fakeSub{}
+	st := &memStates{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, MaxWindowResponses: 700, Now: func() time.Time { return now }}, api, sub, st, nil)
+	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.got) != 5000 {
+		t.Fatalf("submitted %d distinct responses, want 5000", len(sub.got))
+	}
+	s := st.m[streamKey{1, "completed"}]
+	if want := now.Add(-5 * time.Second); s.Watermark.Before(want.Add(-time.Second)) {
+		t.Fatalf("watermark %v, want about %v", s.Watermark, want)
+	}
+	if s.Synced < 5000 || s.LastError != "" {
+		t.Fatalf("state %+v", s)
+	}
+	// The next cycle re-reads only the overlap.
+	sub.got = nil
+	now = now.Add(time.Minute)
+	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.got) != 0 {
+		t.Fatalf("second cycle submitted %d responses; nothing new in the overlap", len(sub.got))
+	}
+}
+
+func TestFailedResponseHoldsWatermark(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(300, now.Add(-10*time.Hour), survey.StatusCompleted)
+	api := &fakeAPI{resps: resps}
+	bad := resps[150].id
+	sub := &fakeSub{fail: func(id survey.GUID) error {
+		if id == bad {
+			return errors.New("clickhouse down")
+		}
+		return nil
+	}}
+	st := &memStates{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 50, MaxWindowResponses: 100, Now: func() time.Time { return now }}, api, sub, st, nil)
+	if err := p.cycle(context.Background(), 1, "completed"); err == nil {
+		t.Fatal("cycle with a failed response returned nil")
+	}
+	s := st.m[streamKey{1, "completed"}]
+	if !s.Watermark.Before(resps[150].completed) {
+		t.Fatalf("watermark %v moved past the failed response completed at %v", s.Watermark, resps[150].completed)
+	}
+	if s.LastError == "" {
+		t.Fatal("last error not recorded")
+	}
+	// Fixed: the next cycle reads it again and the watermark catches up.
+	sub.fail = nil
+	sub.got = nil
+	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	if sub.got[bad] == 0 {
+		t.Fatal("failed response not read again")
+	}
+	if s := st.m[streamKey{1, "completed"}]; s.Watermark.Before(now.Add(-6 * time.Second)) {
+		t.Fatalf("watermark %v did not catch up", s.Watermark)
+	}
+}
+
+func TestWindowRepagedWhenTotalChanges(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(250, now.Add(-10*time.Hour), survey.StatusCompleted)
+	api := &fakeAPI{resps: resps}
+	deleted := false
+	api.onList = func(q survey.ListQuery) {
+		if q.Page == 2 && !deleted {
+			deleted = true
+			api.mu.Lock()
+			api.resps = api.resps[1:] // a deletion shifts every page by one
+			api.mu.Unlock()
+		}
+	}
+	sub := &fakeSub{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resps[1:] {
+		if sub.got[r.id] == 0 {
+			t.Fatalf("response %s missed after a page shift", r.id)
+		}
+	}
+}
+
+type inv struct{ ids []survey.GUID }
+
+func (i inv) CurrentResponseIDs(context.Context, int64) ([]survey.GUID, error) { return i.ids, nil }
+
+func TestReconcileRereadsVanishedAndMissing(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(10, now.Add(-10*time.Hour), survey.StatusCompleted)
+	api := &fakeAPI{resps: resps[1:]} // resps[0] was deleted at the service
+	have := []survey.GUID{resps[0].id}
+	for _, r := range resps[1:9] { // resps[9] never reached the warehouse
+		have = append(have, r.id)
+	}
+	sub := &fakeSub{}
+	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, inv{have})
+	if err := p.reconcile(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.got) != 2 || sub.got[resps[0].id] != 1 || sub.got[resps[9].id] != 1 {
+		t.Fatalf("reconcile submitted %v, want the vanished and the missing one", sub.got)
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	api := &fakeAPI{resps: gen(10, now.Add(-time.Hour), survey.StatusCompleted)}
+	sub := &fakeSub{}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Options{Surveys: []int64{1, 2}, PollInterval: time.Hour, ReconcileInterval: -1, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sub.mu.Lock()
+		n := len(sub.got)
+		sub.mu.Unlock()
+		if n == 10 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.AddSurvey(3)
+	p.EndSurvey(2)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
