@@ -1,0 +1,469 @@
+package flatten
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+// Item is one response to flatten, as the pipeline knows it after fetching
+// its detail.
+type Item struct {
+	// Response is the detail; nil only when Deleted is set and nothing but
+	// the ids is known (the API answered 404).
+	Response *survey.Response
+	// SurveyID and ResponseID are always set. They must agree with
+	// Response's when Response carries them.
+	SurveyID   int64
+	ResponseID survey.GUID
+	// Deleted marks a response the service removed (its detail said
+	// "deleted" or the API answered 404). A detail whose response_status is
+	// "deleted" is treated as Deleted whatever this field says.
+	Deleted bool
+	// Version is the _version of every row of this item; the pipeline uses
+	// the fetch time in nanoseconds.
+	Version uint64
+	// SyncedAt is the synced_at of the responses row.
+	SyncedAt time.Time
+}
+
+// Limits of the answers table's index columns (UInt16).
+const maxIndex = math.MaxUint16
+
+// Builder appends the rows of items to Arrow record builders for both
+// tables. It is not safe for concurrent use: the pipeline keeps one per
+// flatten goroutine. Release it when done.
+//
+// What it writes, per item (DESIGN §4):
+//   - one responses row. A deleted item (Item.Deleted, or response_status
+//     "deleted" in the detail) gets is_deleted=1, response_status "deleted"
+//     and no answers rows; the other columns come from the detail when there
+//     is one, else they are empty/null and date_created is the Unix epoch.
+//   - one answers row per answer cell, in page, question, answer order, with
+//     0-based page_index, question_index and answer_index. A question with
+//     no answers yields no answers row (the question's existence is not
+//     recorded). Missing labels, text, title and variable are "", missing ids
+//     and value are null. An answer that carries only file_id (uploads) gets
+//     the file id as its text. Each answers row repeats response_status,
+//     date_completed and _version of its response.
+//   - response_id is always lower case.
+type Builder struct {
+	resp *array.RecordBuilder
+	ans  *array.RecordBuilder
+	r    respCols
+	a    ansCols
+
+	nResp, nAns int
+	bytes       int
+	// sizes of the last flushed batch, used to reserve capacity
+	lastResp, lastAns int
+
+	token hash.Hash
+	buf   [8]byte
+	idbuf [36]byte
+}
+
+type respCols struct {
+	responseID, surveyName, ip, status *array.StringBuilder
+	surveyID, distID, contactID, total *array.Int64Builder
+	created, completed, synced         *array.TimestampBuilder
+	urlNames, urlValues                *array.ListBuilder
+	urlName, urlValue                  *array.StringBuilder
+	deleted                            *array.Uint8Builder
+	version                            *array.Uint64Builder
+}
+
+type ansCols struct {
+	responseID, qType, title, variable, rowLabel, colLabel, choiceLabel, text, status *array.StringBuilder
+	surveyID, pageID, questionID, rowID, colID, choiceID, otherID, value             *array.Int64Builder
+	pageIdx, questionIdx, answerIdx                                                  *array.Uint16Builder
+	completed                                                                        *array.TimestampBuilder
+	version                                                                          *array.Uint64Builder
+}
+
+// NewBuilder returns a Builder whose buffers come from mem.
+func NewBuilder(mem memory.Allocator) *Builder {
+	b := &Builder{
+		resp:  array.NewRecordBuilder(mem, ResponsesSchema),
+		ans:   array.NewRecordBuilder(mem, AnswersSchema),
+		token: sha256.New(),
+	}
+	rf := fieldsByName(b.resp)
+	b.r = respCols{
+		responseID: rf["response_id"].(*array.StringBuilder),
+		surveyID:   rf["survey_id"].(*array.Int64Builder),
+		surveyName: rf["survey_name"].(*array.StringBuilder),
+		distID:     rf["distribution_id"].(*array.Int64Builder),
+		contactID:  rf["contact_id"].(*array.Int64Builder),
+		ip:         rf["ip_address"].(*array.StringBuilder),
+		created:    rf["date_created"].(*array.TimestampBuilder),
+		completed:  rf["date_completed"].(*array.TimestampBuilder),
+		total:      rf["total_time"].(*array.Int64Builder),
+		status:     rf["response_status"].(*array.StringBuilder),
+		urlNames:   rf["url_parameters.name"].(*array.ListBuilder),
+		urlValues:  rf["url_parameters.value"].(*array.ListBuilder),
+		deleted:    rf["is_deleted"].(*array.Uint8Builder),
+		synced:     rf["synced_at"].(*array.TimestampBuilder),
+		version:    rf["_version"].(*array.Uint64Builder),
+	}
+	b.r.urlName = b.r.urlNames.ValueBuilder().(*array.StringBuilder)
+	b.r.urlValue = b.r.urlValues.ValueBuilder().(*array.StringBuilder)
+	af := fieldsByName(b.ans)
+	b.a = ansCols{
+		responseID:  af["response_id"].(*array.StringBuilder),
+		surveyID:    af["survey_id"].(*array.Int64Builder),
+		pageID:      af["page_id"].(*array.Int64Builder),
+		pageIdx:     af["page_index"].(*array.Uint16Builder),
+		questionID:  af["question_id"].(*array.Int64Builder),
+		questionIdx: af["question_index"].(*array.Uint16Builder),
+		qType:       af["question_type"].(*array.StringBuilder),
+		title:       af["question_title"].(*array.StringBuilder),
+		variable:    af["variable"].(*array.StringBuilder),
+		answerIdx:   af["answer_index"].(*array.Uint16Builder),
+		rowID:       af["row_id"].(*array.Int64Builder),
+		rowLabel:    af["row_label"].(*array.StringBuilder),
+		colID:       af["column_id"].(*array.Int64Builder),
+		colLabel:    af["column_label"].(*array.StringBuilder),
+		choiceID:    af["choice_id"].(*array.Int64Builder),
+		choiceLabel: af["choice_label"].(*array.StringBuilder),
+		otherID:     af["other_id"].(*array.Int64Builder),
+		text:        af["text"].(*array.StringBuilder),
+		value:       af["value"].(*array.Int64Builder),
+		status:      af["response_status"].(*array.StringBuilder),
+		completed:   af["date_completed"].(*array.TimestampBuilder),
+		version:     af["_version"].(*array.Uint64Builder),
+	}
+	return b
+}
+
+func fieldsByName(rb *array.RecordBuilder) map[string]array.Builder {
+	m := make(map[string]array.Builder, len(rb.Fields()))
+	for i, f := range rb.Schema().Fields() {
+		m[f.Name] = rb.Field(i)
+	}
+	return m
+}
+
+// Rows returns the number of rows buffered since the last Flush.
+func (b *Builder) Rows() (responses, answers int) { return b.nResp, b.nAns }
+
+// Bytes returns an approximation of the bytes buffered since the last Flush
+// (fixed column widths plus string lengths), for batching by size.
+func (b *Builder) Bytes() int { return b.bytes }
+
+// Approximate fixed widths of a row: 8 bytes per number or timestamp, 4 per
+// string or list offset, 1 per validity bit rounded up.
+const (
+	respRowBytes = 8*8 + 1 + 6*4 + 2
+	ansRowBytes  = 11*8 + 3*2 + 9*4 + 3
+)
+
+// Add appends the rows of it. It returns an error naming the response, and
+// appends nothing, when the item cannot be represented: an invalid
+// response id, ids that disagree with the detail, a missing detail on an
+// item that is not deleted, or more than 65,536 pages, questions on a page
+// or answers to a question.
+func (b *Builder) Add(it Item) error {
+	id, err := b.normID(it.ResponseID)
+	if err != nil {
+		return err
+	}
+	r := it.Response
+	deleted := it.Deleted || (r != nil && r.ResponseStatus == survey.StatusDeleted)
+	if r == nil && !deleted {
+		return fmt.Errorf("flatten response %s of survey %d: no detail and not deleted", it.ResponseID, it.SurveyID)
+	}
+	if r != nil {
+		if r.ResponseID != "" && !equalFold(string(r.ResponseID), id) {
+			return fmt.Errorf("flatten response %s of survey %d: detail has response_id %s", it.ResponseID, it.SurveyID, r.ResponseID)
+		}
+		if r.SurveyID != 0 && r.SurveyID != it.SurveyID {
+			return fmt.Errorf("flatten response %s of survey %d: detail has survey_id %d", it.ResponseID, it.SurveyID, r.SurveyID)
+		}
+	}
+	nAns := 0
+	if !deleted {
+		if nAns, err = countAnswers(r); err != nil {
+			return fmt.Errorf("flatten response %s of survey %d: %w", it.ResponseID, it.SurveyID, err)
+		}
+	}
+
+	// Nothing below can fail: the item is appended whole.
+	b.appendResponse(it, id, deleted)
+	if nAns > 0 {
+		b.appendAnswers(it, id, nAns)
+	}
+	b.nResp++
+	b.nAns += nAns
+
+	b.token.Write(b.idbuf[:])
+	binary.BigEndian.PutUint64(b.buf[:], it.Version)
+	b.token.Write(b.buf[:])
+	return nil
+}
+
+// normID validates g as a GUID and leaves it, lower case, in b.idbuf. The
+// returned string aliases b.idbuf: it is valid until the next call.
+func (b *Builder) normID(g survey.GUID) (string, error) {
+	if len(g) != len(b.idbuf) {
+		return "", fmt.Errorf("flatten response %q: invalid response id: want 36 characters in 8-4-4-4-12 form", string(g))
+	}
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return "", fmt.Errorf("flatten response %q: invalid response id: want '-' at offset %d", string(g), i)
+			}
+		default:
+			switch {
+			case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+			case c >= 'A' && c <= 'F':
+				c += 'a' - 'A'
+			default:
+				return "", fmt.Errorf("flatten response %q: invalid response id: %q is not hexadecimal", string(g), c)
+			}
+		}
+		b.idbuf[i] = c
+	}
+	return unsafe.String(&b.idbuf[0], len(b.idbuf)), nil
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func countAnswers(r *survey.Response) (int, error) {
+	if len(r.Pages) > maxIndex+1 {
+		return 0, fmt.Errorf("%d pages: at most %d fit page_index", len(r.Pages), maxIndex+1)
+	}
+	n := 0
+	for pi := range r.Pages {
+		p := &r.Pages[pi]
+		if len(p.Questions) > maxIndex+1 {
+			return 0, fmt.Errorf("page %d has %d questions: at most %d fit question_index", p.ID, len(p.Questions), maxIndex+1)
+		}
+		for qi := range p.Questions {
+			q := &p.Questions[qi]
+			if len(q.Answers) > maxIndex+1 {
+				return 0, fmt.Errorf("question %d has %d answers: at most %d fit answer_index", q.ID, len(q.Answers), maxIndex+1)
+			}
+			n += len(q.Answers)
+		}
+	}
+	return n, nil
+}
+
+func (b *Builder) appendResponse(it Item, id string, deleted bool) {
+	c := &b.r
+	r := it.Response
+	if r == nil {
+		r = &survey.Response{}
+	}
+	status := r.ResponseStatus
+	var isDel uint8
+	if deleted {
+		status, isDel = survey.StatusDeleted, 1
+	}
+	appendString(c.responseID, id)
+	c.surveyID.Append(it.SurveyID)
+	appendString(c.surveyName, r.SurveyName)
+	appendOptInt(c.distID, r.DistributionID)
+	appendOptInt(c.contactID, r.ContactID)
+	appendString(c.ip, r.IPAddress)
+	c.created.Append(ts(r.DateCreated.Time))
+	appendOptTime(c.completed, r.DateCompleted)
+	if r.TotalTime != nil {
+		c.total.Append(int64(*r.TotalTime))
+	} else {
+		c.total.AppendNull()
+	}
+	appendString(c.status, status)
+	c.urlNames.Append(true)
+	c.urlValues.Append(true)
+	n := len(id) + len(r.SurveyName) + len(r.IPAddress) + len(status)
+	for i := range r.URLParameters {
+		p := &r.URLParameters[i]
+		appendString(c.urlName, p.Name)
+		appendString(c.urlValue, p.Value)
+		n += len(p.Name) + len(p.Value) + 8
+	}
+	c.deleted.Append(isDel)
+	c.synced.Append(ts(it.SyncedAt))
+	c.version.Append(it.Version)
+	b.bytes += respRowBytes + n
+}
+
+func (b *Builder) appendAnswers(it Item, id string, n int) {
+	c := &b.a
+	r := it.Response
+	// Element reservations grow by powers of two; data buffers grow on
+	// their own (ReserveData would resize to the exact size every call).
+	for _, x := range []array.Builder{
+		c.responseID, c.qType, c.title, c.variable, c.rowLabel, c.colLabel, c.choiceLabel, c.text, c.status,
+		c.surveyID, c.pageID, c.questionID, c.rowID, c.colID, c.choiceID, c.otherID, c.value,
+		c.pageIdx, c.questionIdx, c.answerIdx, c.completed, c.version,
+	} {
+		x.Reserve(n)
+	}
+	var completed arrow.Timestamp
+	hasCompleted := r.DateCompleted != nil && !r.DateCompleted.IsZero()
+	if hasCompleted {
+		completed = ts(r.DateCompleted.Time)
+	}
+	strBytes := 0
+	for pi := range r.Pages {
+		p := &r.Pages[pi]
+		for qi := range p.Questions {
+			q := &p.Questions[qi]
+			for ai := range q.Answers {
+				a := &q.Answers[ai]
+				appendString(c.responseID, id)
+				c.surveyID.Append(it.SurveyID)
+				c.pageID.Append(p.ID)
+				c.pageIdx.Append(uint16(pi))
+				c.questionID.Append(q.ID)
+				c.questionIdx.Append(uint16(qi))
+				appendString(c.qType, q.Type)
+				appendString(c.title, q.Title)
+				appendString(c.variable, q.Variable)
+				c.answerIdx.Append(uint16(ai))
+				appendOptFlex(c.rowID, a.RowID)
+				strBytes += appendOptString(c.rowLabel, a.RowLabel)
+				appendOptFlex(c.colID, a.ColumnID)
+				strBytes += appendOptString(c.colLabel, a.ColumnLabel)
+				appendOptFlex(c.choiceID, a.ChoiceID)
+				strBytes += appendOptString(c.choiceLabel, a.ChoiceLabel)
+				appendOptFlex(c.otherID, a.OtherID)
+				switch {
+				case a.Text != nil:
+					strBytes += appendOptString(c.text, a.Text)
+				case a.FileID != nil:
+					appendString(c.text, string(*a.FileID))
+					strBytes += len(*a.FileID)
+				default:
+					appendString(c.text, "")
+				}
+				appendOptFlex(c.value, a.Value)
+				appendString(c.status, r.ResponseStatus)
+				if hasCompleted {
+					c.completed.Append(completed)
+				} else {
+					c.completed.AppendNull()
+				}
+				c.version.Append(it.Version)
+				strBytes += len(q.Type) + len(q.Title) + len(q.Variable)
+			}
+		}
+	}
+	b.bytes += n*(ansRowBytes+len(id)+len(r.ResponseStatus)) + strBytes
+}
+
+// appendString appends s without converting it to a fresh []byte: the
+// builder copies the bytes and never writes through the slice.
+func appendString(sb *array.StringBuilder, s string) {
+	sb.BinaryBuilder.Append(unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+func appendOptString(sb *array.StringBuilder, s *string) int {
+	if s == nil {
+		appendString(sb, "")
+		return 0
+	}
+	appendString(sb, *s)
+	return len(*s)
+}
+
+func appendOptInt(ib *array.Int64Builder, v *int64) {
+	if v == nil {
+		ib.AppendNull()
+		return
+	}
+	ib.Append(*v)
+}
+
+func appendOptFlex(ib *array.Int64Builder, v *survey.FlexInt) {
+	if v == nil {
+		ib.AppendNull()
+		return
+	}
+	ib.Append(int64(*v))
+}
+
+func appendOptTime(tb *array.TimestampBuilder, t *survey.Time) {
+	if t == nil || t.IsZero() {
+		tb.AppendNull()
+		return
+	}
+	tb.Append(ts(t.Time))
+}
+
+// ts converts t to the schema's millisecond timestamps; the zero time is the
+// Unix epoch.
+func ts(t time.Time) arrow.Timestamp {
+	if t.IsZero() {
+		return 0
+	}
+	return arrow.Timestamp(t.UnixMilli())
+}
+
+// Flush returns the rows added since the last Flush as a Batch (possibly
+// with zero rows) and resets the builder. The caller owns the batch.
+// Token is a hash of the (response_id, _version) pairs in the order added.
+func (b *Builder) Flush() *Batch {
+	batch := &Batch{
+		Responses: b.resp.NewRecord(),
+		Answers:   b.ans.NewRecord(),
+	}
+	var sum [sha256.Size]byte
+	batch.Token = hex.EncodeToString(b.token.Sum(sum[:0])[:16])
+	b.token.Reset()
+	b.lastResp, b.lastAns = b.nResp, b.nAns
+	b.nResp, b.nAns, b.bytes = 0, 0, 0
+	b.reserve()
+	return batch
+}
+
+// reserve sizes the fresh builders for a batch like the last one, so that
+// the next batch grows its buffers at most a few times.
+func (b *Builder) reserve() {
+	if b.lastResp > 0 {
+		b.resp.Reserve(b.lastResp)
+	}
+	if b.lastAns > 0 {
+		b.ans.Reserve(b.lastAns)
+		b.a.responseID.ReserveData(b.lastAns * len(b.idbuf))
+	}
+}
+
+// Release frees the builders' buffers. The Builder must not be used after.
+func (b *Builder) Release() {
+	b.resp.Release()
+	b.ans.Release()
+}
