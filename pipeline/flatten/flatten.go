@@ -86,10 +86,10 @@ type respCols struct {
 
 type ansCols struct {
 	responseID, qType, title, variable, rowLabel, colLabel, choiceLabel, text, status *array.StringBuilder
-	surveyID, pageID, questionID, rowID, colID, choiceID, otherID, value             *array.Int64Builder
-	pageIdx, questionIdx, answerIdx                                                  *array.Uint16Builder
-	completed                                                                        *array.TimestampBuilder
-	version                                                                          *array.Uint64Builder
+	surveyID, pageID, questionID, rowID, colID, choiceID, otherID, value              *array.Int64Builder
+	pageIdx, questionIdx, answerIdx                                                   *array.Uint16Builder
+	completed                                                                         *array.TimestampBuilder
+	version                                                                           *array.Uint64Builder
 }
 
 // NewBuilder returns a Builder whose buffers come from mem.
