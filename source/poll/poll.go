@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,6 +118,10 @@ type Poller struct {
 	surveys map[int64]*surveyRun
 	add     chan int64
 	wakeAll chan struct{}
+
+	firstMu      sync.Mutex
+	firstPending map[int64]bool // configured surveys whose first cycle is not done
+	firstDone    chan struct{}
 }
 
 type streamKey struct {
@@ -140,6 +145,25 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		surveys: map[int64]*surveyRun{},
 		add:     make(chan int64, 64),
 		wakeAll: make(chan struct{}, 1),
+
+		firstPending: map[int64]bool{},
+		firstDone:    make(chan struct{}),
+	}
+}
+
+// FirstPassDone is closed once every configured survey has finished one
+// cycle of every stream without error: the backfill is caught up.
+func (p *Poller) FirstPassDone() <-chan struct{} { return p.firstDone }
+
+func (p *Poller) markFirstPass(id int64) {
+	p.firstMu.Lock()
+	defer p.firstMu.Unlock()
+	if !p.firstPending[id] {
+		return
+	}
+	delete(p.firstPending, id)
+	if len(p.firstPending) == 0 {
+		close(p.firstDone)
 	}
 }
 
@@ -219,6 +243,14 @@ func (p *Poller) Run(ctx context.Context) error {
 			return err
 		})
 	}
+	p.firstMu.Lock()
+	for _, id := range p.o.Surveys {
+		p.firstPending[id] = true
+	}
+	if len(p.firstPending) == 0 {
+		close(p.firstDone)
+	}
+	p.firstMu.Unlock()
 	for _, id := range p.o.Surveys {
 		start(id)
 	}
@@ -253,10 +285,12 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 	for {
 		ending := func() bool { p.mu.Lock(); defer p.mu.Unlock(); return r.ending }()
 		g, gctx := errgroup.WithContext(ctx)
+		var failed atomic.Bool
 		for _, stream := range p.o.Statuses {
 			g.Go(func() error {
 				err := p.cycle(gctx, id, stream)
 				if err != nil && gctx.Err() == nil {
+					failed.Store(true)
 					p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
 						"survey_id", id, "stream", stream, "err", err)
 				}
@@ -266,6 +300,9 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		_ = g.Wait()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if !failed.Load() {
+			p.markFirstPass(id)
 		}
 		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || p.o.Now().Sub(lastReconcile) >= p.o.ReconcileInterval) {
 			if err := p.reconcile(ctx, id); err != nil {
