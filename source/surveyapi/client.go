@@ -36,18 +36,18 @@ const (
 
 // Options configure a Client. Zero values take the Default* constants.
 type Options struct {
-	BaseURL        string        // must end in /v1, e.g. https://api.click4survey.com/v1
-	Token          string        // sent as X-API-TOKEN; never printed, logged or put in an error
-	UserAgent      string        // "<app_name> (<contact_email>)"
-	MaxConcurrency int           // cap on in-flight requests, process-wide; 0 = DefaultMaxConcurrency
-	RateLimit      float64       // requests/s over all calls, 0 = unlimited; token bucket with burst 1
-	Timeout        time.Duration // per attempt, until the body is read (downloads: until headers, then per stalled Read)
-	MaxRetries     int           // retries after the first attempt; 0 = DefaultMaxRetries, < 0 = none
-	RetryInitial   time.Duration // first backoff ceiling, doubled per retry
-	RetryMax       time.Duration // backoff ceiling
-	QuotaPause     time.Duration // how long every call waits after a 402
-	HTTPClient     *http.Client  // optional; copied, redirects are refused. Leave its Timeout 0: it would cut downloads
-	Logger         *slog.Logger  // optional; nil logs nothing
+	BaseURL        string                // must end in /v1, e.g. https://api.click4survey.com/v1
+	Token          string                // sent as X-API-TOKEN; never printed, logged or put in an error
+	UserAgent      string                // "<app_name> (<contact_email>)"
+	MaxConcurrency int                   // cap on in-flight requests, process-wide; 0 = DefaultMaxConcurrency
+	RateLimit      float64               // requests/s over all calls, 0 = unlimited; token bucket with burst 1
+	Timeout        time.Duration         // per attempt, until the body is read (downloads: until headers, then per stalled Read)
+	MaxRetries     int                   // retries after the first attempt; 0 = DefaultMaxRetries, < 0 = none
+	RetryInitial   time.Duration         // first backoff ceiling, doubled per retry
+	RetryMax       time.Duration         // backoff ceiling
+	QuotaPause     time.Duration         // how long every call waits after a 402
+	HTTPClient     *http.Client          // optional; copied, redirects are refused. Leave its Timeout 0: it would cut downloads
+	Logger         *slog.Logger          // optional; nil logs nothing
 	Registerer     prometheus.Registerer // optional; metrics are registered here
 
 	// AuthProbeInterval is how often, while the token is rejected (401), one
