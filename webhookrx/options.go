@@ -1,0 +1,184 @@
+package webhookrx
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure a Receiver. Zero values take the defaults documented on
+// each field; Path and SpoolDir are required.
+type Options struct {
+	// Listen is the address the HTTP server listens on (":8081",
+	// "127.0.0.1:0"). Empty: Run serves no HTTP itself; mount Handler()
+	// elsewhere.
+	Listen string
+	// Path is the one path that accepts webhooks; it should contain a secret
+	// ("/webhooks/3f9c…"). It is never logged.
+	Path string
+	// BasicAuthUser and BasicAuthPassword, when the user is set, require HTTP
+	// basic auth (401 otherwise).
+	BasicAuthUser     string
+	BasicAuthPassword string
+	// AllowCIDRs, when set, restricts the source address of the TCP
+	// connection (not X-Forwarded-For) to these networks (403 otherwise).
+	AllowCIDRs []string
+	// StandardWebhooksSecret verifies the Standard Webhooks headers
+	// (webhook-id, webhook-timestamp, webhook-signature) when a request
+	// carries them. "whsec_<base64>" is decoded; any other value is used as
+	// the raw key.
+	StandardWebhooksSecret string
+	// RequireSignature rejects (401) requests without Standard Webhooks
+	// headers. The service documents none, so the default is false.
+	RequireSignature bool
+	// SignatureTolerance bounds the age (and future skew) of
+	// webhook-timestamp. Default 5 min.
+	SignatureTolerance time.Duration
+	// MaxBodyBytes bounds a request body (413 beyond). Default 1 MiB.
+	MaxBodyBytes int64
+
+	// SpoolDir holds the durable spool. Required. One process at a time:
+	// Run takes an exclusive lock on SpoolDir/lock.
+	SpoolDir string
+	// SpoolMaxEvents and SpoolMaxBytes cap the events waiting in the spool;
+	// past either cap the receiver answers 503 with Retry-After. Defaults
+	// 100 000 events and 256 MiB.
+	SpoolMaxEvents int
+	SpoolMaxBytes  int64
+	// SegmentBytes is the size at which a spool segment file is closed and a
+	// new one started. Default 4 MiB.
+	SegmentBytes int64
+	// DedupeIDs is how many processed event ids are remembered (in memory
+	// and in SpoolDir/done.log) to acknowledge redeliveries without
+	// processing them again. Default 100 000.
+	DedupeIDs int
+	// RetryAfter is the Retry-After sent with a 503. Default 60 s.
+	RetryAfter time.Duration
+
+	// Logger receives operational logs. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the metrics. Nil: metrics are kept but not exported.
+	Registerer prometheus.Registerer
+
+	// ProcessConcurrency is how many events are processed at once. Default
+	// 4. With 1, events are processed strictly in spool order.
+	ProcessConcurrency int
+	// RetryInitial and RetryMax bound the backoff between attempts of a
+	// failing Process (doubling, with jitter). Defaults 500 ms and 1 min.
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	// LogBatch and LogInterval batch writes to the EventLog. Defaults 1 000
+	// events and 500 ms.
+	LogBatch    int
+	LogInterval time.Duration
+	// ShutdownTimeout bounds the HTTP server shutdown and the time in-flight
+	// Process calls get to finish once Run's context is done; after it they
+	// are cancelled and their events stay in the spool. Default 10 s.
+	ShutdownTimeout time.Duration
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// settings are Options after defaults and parsing.
+type settings struct {
+	Options
+	allow  []netip.Prefix
+	swKey  []byte
+	logger *slog.Logger
+}
+
+func (o Options) resolve() (*settings, error) {
+	var errs []error
+	if o.Path == "" || !strings.HasPrefix(o.Path, "/") {
+		errs = append(errs, errors.New("webhookrx: path: must be set and start with '/' (and contain a secret)"))
+	}
+	if o.SpoolDir == "" {
+		errs = append(errs, errors.New("webhookrx: spool_dir: required"))
+	}
+	if o.BasicAuthUser == "" && o.BasicAuthPassword != "" {
+		errs = append(errs, errors.New("webhookrx: basic auth: password set without a user"))
+	}
+	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 {
+		errs = append(errs, errors.New("webhookrx: sizes and counts must not be negative"))
+	}
+	s := &settings{Options: o}
+	for _, c := range o.AllowCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			// A bare address means a single host.
+			a, aerr := netip.ParseAddr(strings.TrimSpace(c))
+			if aerr != nil {
+				errs = append(errs, fmt.Errorf("webhookrx: allow_cidrs: %q is neither a CIDR nor an address", c))
+				continue
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		s.allow = append(s.allow, p.Masked())
+	}
+	if sec := o.StandardWebhooksSecret; sec != "" {
+		if b64, ok := strings.CutPrefix(sec, "whsec_"); ok {
+			k, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				errs = append(errs, errors.New("webhookrx: standard webhooks secret: 'whsec_' prefix but the rest is not base64"))
+			}
+			s.swKey = k
+		} else {
+			s.swKey = []byte(sec)
+		}
+	} else if o.RequireSignature {
+		errs = append(errs, errors.New("webhookrx: require_signature needs a standard webhooks secret"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&s.MaxBodyBytes, 1<<20)
+	defInt(&s.SpoolMaxEvents, 100_000)
+	def(&s.SpoolMaxBytes, 256<<20)
+	def(&s.SegmentBytes, 4<<20)
+	defInt(&s.DedupeIDs, 100_000)
+	defInt(&s.ProcessConcurrency, 4)
+	defInt(&s.LogBatch, 1000)
+	defDur(&s.SignatureTolerance, 5*time.Minute)
+	defDur(&s.RetryAfter, time.Minute)
+	defDur(&s.RetryInitial, 500*time.Millisecond)
+	defDur(&s.RetryMax, time.Minute)
+	defDur(&s.LogInterval, 500*time.Millisecond)
+	defDur(&s.ShutdownTimeout, 10*time.Second)
+	if s.RetryMax < s.RetryInitial {
+		s.RetryMax = s.RetryInitial
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	s.logger = o.Logger
+	if s.logger == nil {
+		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return s, nil
+}

@@ -1,0 +1,542 @@
+package webhookrx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxCommitBatch bounds the events of one group commit.
+const maxCommitBatch = 512
+
+// Receiver receives, spools and processes webhooks. Build it with New, then
+// call Run once.
+type Receiver struct {
+	s    *settings
+	proc Processor
+	elog EventLog
+	m    *metrics
+
+	appendCh chan *appendReq
+	doneCh   chan []doneMark
+	queue    *workQueue
+	started  chan struct{} // closed once the spool is open and the spool loop runs
+	stopped  chan struct{} // closed when the spool loop stops accepting
+	ran      atomic.Bool
+	addr     atomic.Pointer[string]
+
+	errMu    sync.Mutex
+	spoolErr error // last spool write error; nil after a good write
+}
+
+type appendReq struct {
+	ev  *Event
+	res chan appendResult
+}
+
+// completion is a processed event on its way to the event log and done.log.
+type completion struct {
+	entry LogEntry
+	mark  doneMark
+}
+
+// New checks o and builds a Receiver. p must not be nil; log may be nil (no
+// raw event log). Nothing is opened or served until Run.
+func New(o Options, p Processor, log EventLog) (*Receiver, error) {
+	if p == nil {
+		return nil, errors.New("webhookrx: nil Processor")
+	}
+	s, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{
+		s: s, proc: p, elog: log,
+		m:        newMetrics(o.Registerer, s.Now),
+		appendCh: make(chan *appendReq, maxCommitBatch),
+		doneCh:   make(chan []doneMark, 16),
+		queue:    newWorkQueue(),
+		started:  make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	r.m.spoolMaxEvts.Set(float64(s.SpoolMaxEvents))
+	r.m.spoolMaxByts.Set(float64(s.SpoolMaxBytes))
+	return r, nil
+}
+
+// Addr is the address the HTTP server listens on once Run has started it
+// ("" before, or without Options.Listen).
+func (r *Receiver) Addr() string {
+	if a := r.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// Ready reports whether the receiver can accept webhooks: Run has opened the
+// spool, is not stopping, the last spool write succeeded and the spool
+// directory is writable. For /readyz.
+func (r *Receiver) Ready() error {
+	select {
+	case <-r.started:
+	default:
+		return errors.New("webhookrx: not started")
+	}
+	select {
+	case <-r.stopped:
+		return errors.New("webhookrx: stopped")
+	default:
+	}
+	r.errMu.Lock()
+	err := r.spoolErr
+	r.errMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("webhookrx: last spool write failed: %w", err)
+	}
+	f, err := os.CreateTemp(r.s.SpoolDir, ".ready-*")
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool dir not writable: %w", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+func (r *Receiver) setSpoolErr(err error) {
+	r.errMu.Lock()
+	r.spoolErr = err
+	r.errMu.Unlock()
+}
+
+// Run opens the spool (taking its lock), queues the events left in it in
+// spool order, serves HTTP on Options.Listen (if set) and processes events
+// until ctx is done. Then it shuts down cleanly: the HTTP server stops (in-
+// flight requests get up to ShutdownTimeout), workers take no new events,
+// in-flight Process calls get up to ShutdownTimeout before their context is
+// cancelled, finished events are logged and marked done, and the spool is
+// closed. Events not finished stay in the spool for the next start. Run
+// returns nil after a clean stop, or the error that stopped it.
+func (r *Receiver) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return errors.New("webhookrx: Run called twice")
+	}
+	s := r.s
+	sp, replay, err := openSpool(s.SpoolDir, s.SegmentBytes, s.DedupeIDs, s.logger)
+	if err != nil {
+		return err
+	}
+	var ln net.Listener
+	if s.Listen != "" {
+		if ln, err = net.Listen("tcp", s.Listen); err != nil {
+			sp.close()
+			return fmt.Errorf("webhookrx: listen %s: %w", s.Listen, err)
+		}
+		a := ln.Addr().String()
+		r.addr.Store(&a)
+	}
+	for _, ev := range replay {
+		r.m.event(ev.Kind(), evReplayed)
+	}
+	if sp.replayed > 0 {
+		r.m.events.WithLabelValues(KindUnknown, evDuplicate).Add(float64(sp.replayed))
+	}
+	if len(replay) > 0 || sp.replayed > 0 {
+		s.logger.Info("webhook spool replayed", "events", len(replay), "already_done", sp.replayed, "dir", s.SpoolDir)
+	}
+	r.queue.push(replay...)
+	r.updateGauges(sp)
+
+	spoolStop, loopDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		r.spoolLoop(sp, spoolStop)
+	}()
+	close(r.started)
+
+	stopTaking := make(chan struct{})
+	procCtx, procCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer procCancel()
+	completions := make(chan completion, 256)
+	var workers sync.WaitGroup
+	for range s.ProcessConcurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			r.worker(procCtx, stopTaking, completions)
+		}()
+	}
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		r.logger(stopTaking, completions)
+	}()
+
+	var srv *http.Server
+	serveErr := make(chan error, 1)
+	if ln != nil {
+		srv = &http.Server{
+			Handler:           r.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		}
+		go func() { serveErr <- srv.Serve(ln) }()
+		s.logger.Info("webhook receiver listening", "addr", ln.Addr().String())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("webhookrx: serve: %w", err)
+		srv = nil
+	}
+
+	// 1. Stop intake; in-flight requests finish (their events are committed).
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+		if err := srv.Shutdown(sctx); err != nil {
+			s.logger.Warn("webhook server shutdown timed out; closing connections", "error", err)
+			_ = srv.Close()
+		}
+		cancel()
+		<-serveErr
+	}
+	// 2. Workers take no new events; in-flight ones get ShutdownTimeout.
+	close(stopTaking)
+	hard := time.AfterFunc(s.ShutdownTimeout, procCancel)
+	workers.Wait()
+	hard.Stop()
+	// 3. Log and mark done what finished, then close the spool.
+	close(completions)
+	<-logDone
+	close(spoolStop)
+	<-loopDone
+	s.logger.Info("webhook receiver stopped", "left_in_spool", sp.events())
+	return runErr
+}
+
+// spoolLoop owns the spool: it commits submitted events in groups (one
+// write and one fdatasync for all requests waiting) and records done marks.
+func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
+	defer sp.close()
+	var marks []doneMark
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	flushMarks := func() {
+		if len(marks) == 0 {
+			return
+		}
+		if err := sp.markDone(marks); err != nil {
+			r.s.logger.Error("webhook spool: cannot record processed events; retrying", "events", len(marks), "error", err)
+			return
+		}
+		marks = nil
+		r.updateGauges(sp)
+	}
+	drainMarks := func() {
+		for {
+			select {
+			case m := <-r.doneCh:
+				marks = append(marks, m...)
+			default:
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case q := <-r.appendCh:
+			batch := []*appendReq{q}
+		gather:
+			for len(batch) < maxCommitBatch {
+				select {
+				case q := <-r.appendCh:
+					batch = append(batch, q)
+				default:
+					break gather
+				}
+			}
+			r.commit(sp, batch)
+		case m := <-r.doneCh:
+			marks = append(marks, m...)
+			drainMarks()
+			flushMarks()
+		case <-retry.C:
+			flushMarks()
+		case <-stop:
+			drainMarks()
+			flushMarks()
+			close(r.stopped)
+			for {
+				select {
+				case q := <-r.appendCh:
+					q.res <- resError
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (r *Receiver) commit(sp *spool, batch []*appendReq) {
+	evs := make([]*Event, len(batch))
+	for i, q := range batch {
+		evs[i] = q.ev
+	}
+	start := time.Now()
+	res, err := sp.append(evs, r.s.SpoolMaxEvents, r.s.SpoolMaxBytes)
+	var accepted []Event
+	for i, x := range res {
+		if x == resAccepted {
+			accepted = append(accepted, *evs[i])
+		}
+	}
+	if len(accepted) > 0 || err != nil {
+		r.m.commitDur.Observe(time.Since(start).Seconds())
+		r.m.commitEvents.Observe(float64(len(accepted)))
+		r.setSpoolErr(err)
+	}
+	if err != nil {
+		r.s.logger.Error("webhook spool: write failed; answering 503", "events", len(batch), "error", err)
+	}
+	r.queue.push(accepted...)
+	r.updateGauges(sp)
+	for i, q := range batch {
+		q.res <- res[i]
+	}
+}
+
+func (r *Receiver) updateGauges(sp *spool) {
+	r.m.spoolEvents.Set(float64(sp.events()))
+	r.m.spoolBytes.Set(float64(sp.bytes))
+	if t := sp.oldest(); t.IsZero() {
+		r.m.oldestNanos.Store(0)
+	} else {
+		r.m.oldestNanos.Store(t.UnixNano())
+	}
+}
+
+// worker processes queued events until stop.
+func (r *Receiver) worker(ctx context.Context, stop <-chan struct{}, out chan<- completion) {
+	for {
+		ev, ok := r.queue.pop(stop)
+		if !ok {
+			return
+		}
+		c, ok := r.process(ctx, stop, ev)
+		if !ok {
+			return // stopping: the event stays in the spool
+		}
+		out <- c
+	}
+}
+
+// process runs Process for ev until it succeeds, fails permanently, or the
+// receiver stops (ok false).
+func (r *Receiver) process(ctx context.Context, stop <-chan struct{}, ev Event) (completion, bool) {
+	kind := ev.Kind()
+	done := func(outcome string, err error, attempts int) (completion, bool) {
+		r.m.event(kind, outcome)
+		return completion{
+			entry: logEntry(ev, outcome, err, attempts, r.s.Now().UTC()),
+			mark:  doneMark{seq: ev.Seq, id: ev.ID},
+		}, true
+	}
+	if kind == KindUnknown {
+		return done(OutcomeIgnored, nil, 0)
+	}
+	delay := r.s.RetryInitial
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := r.proc.Process(ctx, ev)
+		r.m.processDur.Observe(time.Since(start).Seconds())
+		switch {
+		case err == nil:
+			return done(OutcomeProcessed, nil, attempt)
+		case IsPermanent(err):
+			r.s.logger.Warn("webhook event rejected by the processor; not retried",
+				"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID, "error", err)
+			return done(OutcomeRejected, err, attempt)
+		case ctx.Err() != nil:
+			return completion{}, false
+		}
+		r.m.event(kind, evRetried)
+		wait := jitter(delay)
+		r.s.logger.Warn("webhook event processing failed; will retry",
+			"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID,
+			"attempt", attempt, "retry_in", wait.Round(time.Millisecond), "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return completion{}, false
+		}
+		delay = min(2*delay, r.s.RetryMax)
+	}
+}
+
+// jitter spreads d over ±20 %.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// logger batches completions into the EventLog, then hands their done
+// marks to the spool loop. A batch whose log write fails is retried until
+// stop; past stop it gets one last attempt and otherwise stays in the spool.
+func (r *Receiver) logger(stop <-chan struct{}, in <-chan completion) {
+	s := r.s
+	var batch []completion
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	armed := false
+	flush := func(final bool) {
+		armed = false
+		if len(batch) == 0 {
+			return
+		}
+		if r.elog != nil && !r.writeLog(batch, stop, final) {
+			batch = batch[:0]
+			return
+		}
+		marks := make([]doneMark, len(batch))
+		for i, c := range batch {
+			marks[i] = c.mark
+		}
+		r.doneCh <- marks
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case c, ok := <-in:
+			if !ok {
+				flush(true)
+				return
+			}
+			batch = append(batch, c)
+			if r.elog == nil || len(batch) >= s.LogBatch {
+				flush(false)
+			} else if !armed {
+				timer.Reset(s.LogInterval)
+				armed = true
+			}
+		case <-timer.C:
+			flush(false)
+		}
+	}
+}
+
+// writeLog writes batch to the EventLog, retrying with backoff until it
+// succeeds or the receiver stops. It reports success.
+func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool) bool {
+	entries := make([]LogEntry, len(batch))
+	for i, c := range batch {
+		entries[i] = c.entry
+	}
+	delay := r.s.RetryInitial
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.s.ShutdownTimeout)
+		err := r.elog.LogEvents(ctx, entries)
+		cancel()
+		if err == nil {
+			return true
+		}
+		select {
+		case <-stop:
+			final = true
+		default:
+		}
+		if final {
+			r.s.logger.Warn("webhook event log write failed while stopping; the events stay in the spool", "events", len(entries), "error", err)
+			return false
+		}
+		wait := jitter(delay)
+		r.s.logger.Warn("webhook event log write failed; will retry", "events", len(entries), "retry_in", wait.Round(time.Millisecond), "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+		}
+		delay = min(2*delay, r.s.RetryMax)
+	}
+}
+
+// workQueue is the FIFO of spooled events waiting for a worker.
+type workQueue struct {
+	mu    sync.Mutex
+	items []Event
+	head  int
+	wake  chan struct{}
+}
+
+func newWorkQueue() *workQueue { return &workQueue{wake: make(chan struct{}, 1)} }
+
+func (q *workQueue) push(evs ...Event) {
+	if len(evs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.items = append(q.items, evs...)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *workQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *workQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) - q.head
+}
+
+// pop takes the oldest event, waiting for one; false once stop is closed.
+func (q *workQueue) pop(stop <-chan struct{}) (Event, bool) {
+	for {
+		select {
+		case <-stop:
+			return Event{}, false
+		default:
+		}
+		q.mu.Lock()
+		if q.head < len(q.items) {
+			ev := q.items[q.head]
+			q.items[q.head] = Event{}
+			q.head++
+			more := q.head < len(q.items)
+			if q.head > 1024 && q.head*2 > len(q.items) {
+				q.items = append(q.items[:0], q.items[q.head:]...)
+				q.head = 0
+			}
+			q.mu.Unlock()
+			if more {
+				q.signal()
+			}
+			return ev, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.wake:
+		case <-stop:
+			return Event{}, false
+		}
+	}
+}

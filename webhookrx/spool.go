@@ -1,0 +1,579 @@
+package webhookrx
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The spool is a write-ahead log in SpoolDir:
+//
+//	wal-<first seq, 20 digits>.log   segments of records, appended and fdatasync'ed
+//	done.log                         "<seq> <id>" per processed event (the dedupe index)
+//	lock                             flock'ed while a receiver runs
+//
+// A record is [len uint32][crc32c uint32][payload]; the payload is
+// [seq uint64][received_at unix ns int64][len(id) uint16][id][body]. A batch
+// of records is written with one write and one fdatasync before any of its
+// requests is answered (group commit); a new segment file's directory entry
+// is fsync'ed too. A torn or corrupt record ends its segment on replay: it
+// can only be the tail of a batch that was never acknowledged. A segment is
+// deleted once every event in it is done.
+const (
+	segPrefix  = "wal-"
+	segSuffix  = ".log"
+	doneName   = "done.log"
+	lockName   = "lock"
+	recHdrLen  = 8
+	payloadFix = 8 + 8 + 2
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// segment is one WAL file.
+type segment struct {
+	name  string
+	first uint64
+	f     *os.File // open while the segment is the active one
+	size  int64
+	live  int // events in it not yet done
+}
+
+// spooled is an accepted event not yet done.
+type spooled struct {
+	ev   Event
+	seg  *segment
+	size int64
+}
+
+// spool is owned by one goroutine (the receiver's spool loop); it is not
+// safe for concurrent use.
+type spool struct {
+	dir      string
+	segBytes int64
+	log      *slog.Logger
+	lock     *os.File
+	dirf     *os.File
+	segs     []*segment
+	active   *segment
+	nextSeq  uint64
+	bySeq    map[uint64]*spooled
+	byID     map[string]*spooled
+	order    []uint64 // seqs in acceptance order; order[head:] may hold done ones
+	head     int
+	bytes    int64
+	done     *doneIndex
+	replayed int // duplicates dropped at load
+}
+
+// openSpool locks dir, loads the done index and the segments, and returns
+// the events still to process in spool order.
+func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*spool, []Event, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("webhookrx: spool dir: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &spool{
+		dir: dir, segBytes: segBytes, log: log, lock: lock,
+		bySeq: map[uint64]*spooled{}, byID: map[string]*spooled{},
+	}
+	fail := func(err error) (*spool, []Event, error) {
+		s.close()
+		return nil, nil, err
+	}
+	if s.dirf, err = os.Open(dir); err != nil {
+		return fail(fmt.Errorf("webhookrx: spool dir: %w", err))
+	}
+	if s.done, err = openDoneIndex(dir, dedupeIDs, s.dirf); err != nil {
+		return fail(err)
+	}
+	names, err := segmentNames(dir)
+	if err != nil {
+		return fail(err)
+	}
+	maxSeq := s.done.maxSeq
+	var evs []Event
+	for _, name := range names {
+		seg, loaded, last, err := s.loadSegment(name)
+		if err != nil {
+			return fail(err)
+		}
+		maxSeq = max(maxSeq, last)
+		if seg.live == 0 {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fail(fmt.Errorf("webhookrx: spool: remove done segment: %w", err))
+			}
+			continue
+		}
+		s.segs = append(s.segs, seg)
+		evs = append(evs, loaded...)
+	}
+	s.nextSeq = maxSeq + 1
+	return s, evs, nil
+}
+
+func segmentNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("webhookrx: spool dir: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, segPrefix) && strings.HasSuffix(n, segSuffix) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names) // zero-padded sequence numbers sort in order
+	return names, nil
+}
+
+func segmentName(first uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, first, segSuffix) }
+
+// loadSegment reads one segment's valid records, registering the events not
+// yet done. It returns the highest sequence number seen.
+func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
+	path := filepath.Join(s.dir, name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("webhookrx: spool: read %s: %w", name, err)
+	}
+	first, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, segPrefix), segSuffix), 10, 64)
+	seg := &segment{name: name, first: first, size: int64(len(data))}
+	var evs []Event
+	var last uint64
+	off := 0
+	for off < len(data) {
+		ev, n, err := decodeRecord(data[off:])
+		if err != nil {
+			s.log.Warn("webhook spool: ignoring the unreadable tail of a segment (a batch never acknowledged, or disk damage)",
+				"segment", name, "offset", off, "bytes", len(data)-off, "error", err)
+			break
+		}
+		off += n
+		last = max(last, ev.Seq)
+		if s.done.has(ev.ID) || s.byID[ev.ID] != nil {
+			s.replayed++
+			continue
+		}
+		sp := &spooled{ev: ev, seg: seg, size: int64(n)}
+		s.add(sp)
+		evs = append(evs, ev)
+	}
+	return seg, evs, last, nil
+}
+
+func (s *spool) add(sp *spooled) {
+	s.bySeq[sp.ev.Seq] = sp
+	s.byID[sp.ev.ID] = sp
+	s.order = append(s.order, sp.ev.Seq)
+	s.bytes += sp.size
+	sp.seg.live++
+}
+
+// events and bytes waiting in the spool.
+func (s *spool) events() int { return len(s.bySeq) }
+
+// oldest returns the receive time of the oldest waiting event (zero if none).
+func (s *spool) oldest() time.Time {
+	for s.head < len(s.order) {
+		if sp := s.bySeq[s.order[s.head]]; sp != nil {
+			return sp.ev.ReceivedAt
+		}
+		s.head++
+	}
+	s.order, s.head = s.order[:0], 0
+	return time.Time{}
+}
+
+// contains reports whether id is waiting or was processed recently.
+func (s *spool) contains(id string) bool { return s.byID[id] != nil || s.done.has(id) }
+
+func encodeRecord(buf *bytes.Buffer, ev *Event) int {
+	plen := payloadFix + len(ev.ID) + len(ev.Body)
+	var hdr [recHdrLen + payloadFix]byte
+	binary.BigEndian.PutUint32(hdr[0:], uint32(plen))
+	binary.BigEndian.PutUint64(hdr[8:], ev.Seq)
+	binary.BigEndian.PutUint64(hdr[16:], uint64(ev.ReceivedAt.UnixNano()))
+	binary.BigEndian.PutUint16(hdr[24:], uint16(len(ev.ID)))
+	start := buf.Len()
+	buf.Write(hdr[:])
+	buf.WriteString(ev.ID)
+	buf.Write(ev.Body)
+	rec := buf.Bytes()[start:]
+	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[recHdrLen:], castagnoli))
+	return len(rec)
+}
+
+func decodeRecord(b []byte) (Event, int, error) {
+	var ev Event
+	if len(b) < recHdrLen {
+		return ev, 0, errors.New("truncated record header")
+	}
+	plen := int(binary.BigEndian.Uint32(b))
+	if plen < payloadFix || len(b)-recHdrLen < plen {
+		return ev, 0, fmt.Errorf("truncated record (length %d)", plen)
+	}
+	p := b[recHdrLen : recHdrLen+plen]
+	if crc32.Checksum(p, castagnoli) != binary.BigEndian.Uint32(b[4:]) {
+		return ev, 0, errors.New("checksum mismatch")
+	}
+	ev.Seq = binary.BigEndian.Uint64(p)
+	ev.ReceivedAt = time.Unix(0, int64(binary.BigEndian.Uint64(p[8:]))).UTC()
+	idLen := int(binary.BigEndian.Uint16(p[16:]))
+	if payloadFix+idLen > plen {
+		return ev, 0, errors.New("bad id length")
+	}
+	ev.ID = string(p[payloadFix : payloadFix+idLen])
+	ev.Body = bytes.Clone(p[payloadFix+idLen:])
+	// The handler accepted only bodies that parse; should one not, it keeps
+	// what parsed (at worst an unknown event with the raw body).
+	ev.Parsed, _ = parseEvent(ev.Body)
+	ev.Name = ev.Parsed.EventName
+	return ev, recHdrLen + plen, nil
+}
+
+// appendResult is the fate of one submitted event.
+type appendResult int
+
+const (
+	resAccepted appendResult = iota
+	resDuplicate
+	resFull
+	resError
+)
+
+// append writes the events that are neither duplicates nor over the caps as
+// one batch, synced before it returns. It sets each accepted event's Seq.
+func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendResult, error) {
+	res := make([]appendResult, len(evs))
+	var buf bytes.Buffer
+	var acc []*spooled
+	inBatch := map[string]bool{}
+	addEvents, addBytes := 0, int64(0)
+	for i, ev := range evs {
+		if s.contains(ev.ID) || inBatch[ev.ID] {
+			res[i] = resDuplicate
+			continue
+		}
+		size := int64(recHdrLen + payloadFix + len(ev.ID) + len(ev.Body))
+		if s.events()+addEvents+1 > maxEvents || s.bytes+addBytes+size > maxBytes {
+			res[i] = resFull
+			continue
+		}
+		ev.Seq = s.nextSeq
+		s.nextSeq++
+		encodeRecord(&buf, ev)
+		inBatch[ev.ID] = true
+		addEvents++
+		addBytes += size
+		acc = append(acc, &spooled{ev: *ev, size: size})
+	}
+	if len(acc) == 0 {
+		return res, nil
+	}
+	seg, err := s.write(acc[0].ev.Seq, buf.Bytes())
+	if err != nil {
+		for i := range res {
+			if res[i] == resAccepted {
+				res[i] = resError
+			}
+		}
+		return res, err
+	}
+	for _, sp := range acc {
+		sp.seg = seg
+		s.add(sp)
+	}
+	return res, nil
+}
+
+// write appends data to the active segment (starting a new one named first
+// when needed) and syncs it.
+func (s *spool) write(first uint64, data []byte) (*segment, error) {
+	if s.active != nil && s.active.size >= s.segBytes {
+		s.seal()
+	}
+	created := false
+	if s.active == nil {
+		name := segmentName(first)
+		f, err := os.OpenFile(filepath.Join(s.dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("webhookrx: spool: create segment: %w", err)
+		}
+		s.active = &segment{name: name, first: first, f: f}
+		s.segs = append(s.segs, s.active)
+		created = true
+	}
+	seg := s.active
+	_, err := seg.f.Write(data)
+	if err == nil {
+		err = datasync(seg.f)
+	}
+	if err == nil && created {
+		err = s.dirf.Sync()
+	}
+	if err != nil {
+		// The tail may be torn: never append after it. Replay ignores it.
+		_ = seg.f.Truncate(seg.size)
+		s.seal()
+		return nil, fmt.Errorf("webhookrx: spool: write segment %s: %w", seg.name, err)
+	}
+	seg.size += int64(len(data))
+	return seg, nil
+}
+
+// seal closes the active segment; it is removed now if nothing in it waits.
+func (s *spool) seal() {
+	seg := s.active
+	if seg == nil {
+		return
+	}
+	s.active = nil
+	_ = seg.f.Close()
+	seg.f = nil
+	if seg.live == 0 {
+		s.removeSegment(seg)
+	}
+}
+
+func (s *spool) removeSegment(seg *segment) {
+	if seg.f != nil {
+		_ = seg.f.Close()
+		seg.f = nil
+	}
+	if s.active == seg {
+		s.active = nil
+	}
+	if err := os.Remove(filepath.Join(s.dir, seg.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("webhook spool: cannot remove a finished segment; it is replayed and skipped at the next start", "segment", seg.name, "error", err)
+	}
+	for i, x := range s.segs {
+		if x == seg {
+			s.segs = append(s.segs[:i], s.segs[i+1:]...)
+			break
+		}
+	}
+}
+
+// doneMark says the event with this seq and id is processed.
+type doneMark struct {
+	seq uint64
+	id  string
+}
+
+// markDone records marks durably in done.log, then forgets the events and
+// removes the segments left without waiting events. Marks for unknown
+// sequence numbers are ignored.
+func (s *spool) markDone(marks []doneMark) error {
+	var known []doneMark
+	for _, m := range marks {
+		if s.bySeq[m.seq] != nil {
+			known = append(known, m)
+		}
+	}
+	if len(known) == 0 {
+		return nil
+	}
+	if err := s.done.add(known); err != nil {
+		return err
+	}
+	for _, m := range known {
+		sp := s.bySeq[m.seq]
+		delete(s.bySeq, m.seq)
+		delete(s.byID, sp.ev.ID)
+		s.bytes -= sp.size
+		sp.seg.live--
+		if sp.seg.live == 0 {
+			s.removeSegment(sp.seg)
+		}
+	}
+	if len(s.order) > 4096 && s.head > len(s.order)/2 {
+		s.order = append(s.order[:0], s.order[s.head:]...)
+		s.head = 0
+	}
+	return s.done.maybeCompact()
+}
+
+func (s *spool) close() {
+	if s.active != nil && s.active.f != nil {
+		_ = s.active.f.Close()
+		s.active.f = nil
+	}
+	if s.done != nil {
+		s.done.close()
+	}
+	if s.dirf != nil {
+		_ = s.dirf.Close()
+	}
+	if s.lock != nil {
+		_ = s.lock.Close() // releases the flock
+	}
+}
+
+// doneIndex remembers the last max processed event ids, in memory and in
+// done.log. It is the dedupe window and carries the highest sequence number
+// across restarts when the spool is empty.
+type doneIndex struct {
+	path   string
+	dirf   *os.File
+	f      *os.File
+	max    int
+	ids    map[string]uint64
+	ring   []doneMark
+	start  int
+	lines  int
+	maxSeq uint64
+}
+
+func openDoneIndex(dir string, maxIDs int, dirf *os.File) (*doneIndex, error) {
+	d := &doneIndex{path: filepath.Join(dir, doneName), dirf: dirf, max: maxIDs, ids: map[string]uint64{}}
+	f, err := os.Open(d.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("webhookrx: spool: %w", err)
+	default:
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 4096), 1<<20)
+		for sc.Scan() {
+			seqStr, id, ok := strings.Cut(sc.Text(), " ")
+			seq, perr := strconv.ParseUint(seqStr, 10, 64)
+			if !ok || perr != nil || !validID(id) {
+				continue // a torn last line
+			}
+			d.insert(doneMark{seq: seq, id: id})
+		}
+		err := sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("webhookrx: spool: read %s: %w", doneName, err)
+		}
+	}
+	// Rewrite at every start: drops a torn tail and old entries.
+	if err := d.compact(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *doneIndex) has(id string) bool { _, ok := d.ids[id]; return ok }
+
+func (d *doneIndex) insert(m doneMark) {
+	d.maxSeq = max(d.maxSeq, m.seq)
+	if d.max <= 0 {
+		return
+	}
+	if len(d.ring) < d.max {
+		d.ring = append(d.ring, m)
+	} else {
+		old := d.ring[d.start]
+		if d.ids[old.id] == old.seq {
+			delete(d.ids, old.id)
+		}
+		d.ring[d.start] = m
+		d.start = (d.start + 1) % d.max
+	}
+	d.ids[m.id] = m.seq
+}
+
+func (d *doneIndex) add(marks []doneMark) error {
+	var b strings.Builder
+	for _, m := range marks {
+		b.WriteString(strconv.FormatUint(m.seq, 10))
+		b.WriteByte(' ')
+		b.WriteString(m.id)
+		b.WriteByte('\n')
+	}
+	if _, err := io.WriteString(d.f, b.String()); err != nil {
+		return fmt.Errorf("webhookrx: spool: write %s: %w", doneName, err)
+	}
+	if err := datasync(d.f); err != nil {
+		return fmt.Errorf("webhookrx: spool: sync %s: %w", doneName, err)
+	}
+	for _, m := range marks {
+		d.insert(m)
+	}
+	d.lines += len(marks)
+	return nil
+}
+
+func (d *doneIndex) maybeCompact() error {
+	if d.lines <= 2*d.max+1024 {
+		return nil
+	}
+	return d.compact()
+}
+
+// compact rewrites done.log with the remembered entries (at least the
+// newest, so the highest sequence survives) and reopens it for appending.
+func (d *doneIndex) compact() error {
+	var b strings.Builder
+	n := 0
+	write := func(m doneMark) {
+		b.WriteString(strconv.FormatUint(m.seq, 10))
+		b.WriteByte(' ')
+		b.WriteString(m.id)
+		b.WriteByte('\n')
+		n++
+	}
+	for i := range d.ring {
+		write(d.ring[(d.start+i)%len(d.ring)])
+	}
+	tmp := d.path + ".tmp"
+	if err := writeFileSync(tmp, []byte(b.String())); err != nil {
+		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", doneName, err)
+	}
+	if err := os.Rename(tmp, d.path); err != nil {
+		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", doneName, err)
+	}
+	if err := d.dirf.Sync(); err != nil {
+		return fmt.Errorf("webhookrx: spool: sync dir: %w", err)
+	}
+	if d.f != nil {
+		d.f.Close()
+	}
+	f, err := os.OpenFile(d.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool: open %s: %w", doneName, err)
+	}
+	d.f, d.lines = f, n
+	return nil
+}
+
+func (d *doneIndex) close() {
+	if d.f != nil {
+		_ = d.f.Close()
+		d.f = nil
+	}
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
