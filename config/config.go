@@ -1,0 +1,413 @@
+// Package config is surveysync's configuration: one typed Config tree,
+// loaded in layers (defaults in code → one YAML file → SURVEYSYNC_*
+// environment variables → command-line flags), decoded strictly (an unknown
+// key or a value of the wrong type is an error naming the key and where it
+// came from) and validated as a whole (Validate reports every problem at
+// once, each naming its key path).
+//
+// Secrets (tokens, passwords, keys, the webhook path) have their own types
+// (Secret, SecretPath, URL) that print masked however they are formatted;
+// Value returns the real value. Config.Print writes the effective
+// configuration as YAML with every secret masked.
+//
+// The Config is passed down explicitly; there is no global. Each package
+// keeps its own Options struct and cmd/surveysync maps a Config onto them.
+// docs/configuration.md lists every key, its default and its environment
+// variable.
+package config
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// Config is the whole configuration. Field tags name the YAML keys.
+type Config struct {
+	API        API        `koanf:"api"`
+	Surveys    []int64    `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
+	Sync       Sync       `koanf:"sync"`
+	Webhooks   Webhooks   `koanf:"webhooks"`
+	ClickHouse ClickHouse `koanf:"clickhouse"`
+	Parquet    Parquet    `koanf:"parquet"`
+	Files      Files      `koanf:"files"`
+	Metrics    Metrics    `koanf:"metrics"`
+	Shutdown   Shutdown   `koanf:"shutdown"`
+	Log        Log        `koanf:"log"`
+	Demo       Demo       `koanf:"demo"`
+	Feeds      []Feed     `koanf:"feeds"`
+}
+
+// API is how surveysync calls the survey service (spec §5, REFERENCE.md).
+type API struct {
+	BaseURL        URL           `koanf:"base_url"`        // ends in /v1
+	Token          Secret        `koanf:"token"`           // X-API-TOKEN; not needed when demo.emulator.enabled
+	UserAgent      string        `koanf:"user_agent"`      // "<app_name> (<contact_email>)"
+	MaxConcurrency int           `koanf:"max_concurrency"` // requests in flight, whole process
+	RateLimit      float64       `koanf:"rate_limit"`      // requests per second, whole process
+	Timeout        time.Duration `koanf:"timeout"`         // per request
+	MaxRetries     int           `koanf:"max_retries"`     // for 429, 5xx and network errors
+	QuotaPause     time.Duration `koanf:"quota_pause"`     // pause after a 402 (monthly quota used up)
+}
+
+// Sync is how responses are polled and written.
+type Sync struct {
+	Statuses          []string      `koanf:"statuses"`           // streams: completed, disqualified, quotafull, partial
+	PollInterval      time.Duration `koanf:"poll_interval"`      // how often each stream is polled
+	Overlap           time.Duration `koanf:"overlap"`            // a window starts this far before the watermark
+	SettleLag         time.Duration `koanf:"settle_lag"`         // a window ends this far before now
+	PartialLookback   time.Duration `koanf:"partial_lookback"`   // partial responses are re-read this far back
+	ReconcileInterval time.Duration `koanf:"reconcile_interval"` // 0 disables the deletion/status reconcile pass
+	BackfillFrom      time.Time     `koanf:"backfill_from"`      // where a new stream's watermark starts
+	FetchConcurrency  int           `koanf:"fetch_concurrency"`  // response details fetched at once
+	Batch             Batch         `koanf:"batch"`
+}
+
+// Batch bounds a write to the sinks: whichever limit is reached first
+// flushes.
+type Batch struct {
+	MaxRows  int           `koanf:"max_rows"`  // answers rows
+	MaxBytes ByteSize      `koanf:"max_bytes"` // estimated in-memory size
+	MaxDelay time.Duration `koanf:"max_delay"` // age of the oldest row
+}
+
+// Webhooks is the receiver of the service's webhooks (REFERENCE.md,
+// Webhooks). The service signs nothing: the secret is a segment of Path.
+type Webhooks struct {
+	Enabled                bool       `koanf:"enabled"`
+	Listen                 string     `koanf:"listen"`                   // host:port
+	Path                   SecretPath `koanf:"path"`                     // e.g. /hooks/<random secret, >= 16 chars>
+	SpoolDir               string     `koanf:"spool_dir"`                // events are durable here before the 2xx
+	SpoolMaxEvents         int        `koanf:"spool_max_events"`         // beyond either limit the receiver answers 503
+	SpoolMaxBytes          ByteSize   `koanf:"spool_max_bytes"`          //
+	BasicAuth              BasicAuth  `koanf:"basic_auth"`               // optional
+	AllowCIDRs             []string   `koanf:"allow_cidrs"`              // optional allow-list of senders
+	StandardWebhooksSecret Secret     `koanf:"standard_webhooks_secret"` // optional; "whsec_<base64>"
+	MaxBodyBytes           ByteSize   `koanf:"max_body_bytes"`
+}
+
+// BasicAuth is optional HTTP basic authentication; both or neither.
+type BasicAuth struct {
+	Username string `koanf:"username"`
+	Password Secret `koanf:"password"`
+}
+
+// ClickHouse is the warehouse. With no Addr, responses go to Parquet files.
+type ClickHouse struct {
+	Addr        []string      `koanf:"addr"` // host:port of the native protocol; empty = no ClickHouse
+	Database    string        `koanf:"database"`
+	Username    string        `koanf:"username"`
+	Password    Secret        `koanf:"password"`
+	Cluster     string        `koanf:"cluster"` // optional: ON CLUSTER DDL and Distributed tables
+	Secure      bool          `koanf:"secure"`  // TLS
+	DialTimeout time.Duration `koanf:"dial_timeout"`
+}
+
+// Parquet is the file sink used when no ClickHouse is configured.
+type Parquet struct {
+	Dir string `koanf:"dir"`
+}
+
+// Files is the copy of respondents' uploaded files into object storage.
+type Files struct {
+	Enabled            bool     `koanf:"enabled"`
+	URL                URL      `koanf:"url"` // file:///abs/dir, s3://bucket?region=…, gs://bucket, azblob://container
+	MaxConcurrency     int      `koanf:"max_concurrency"`
+	MaxSize            ByteSize `koanf:"max_size"`             // larger files are skipped and counted
+	DeleteWithResponse bool     `koanf:"delete_with_response"` // delete a deleted response's objects
+	TypeMatch          []string `koanf:"type_match"`           // a question type containing one of these carries files
+	S3                 S3Keys   `koanf:"s3"`                   // optional; else the AWS default credential chain
+	Azblob             AzureKey `koanf:"azblob"`               // optional; else the Azure default credentials
+}
+
+// S3Keys are static credentials for s3:// URLs (AWS or an S3-compatible
+// server); both keys or neither.
+type S3Keys struct {
+	AccessKeyID     string `koanf:"access_key_id"`
+	SecretAccessKey Secret `koanf:"secret_access_key"`
+	SessionToken    Secret `koanf:"session_token"`
+}
+
+// AzureKey is a shared key for azblob:// URLs; both or neither.
+type AzureKey struct {
+	AccountName string `koanf:"account_name"`
+	AccountKey  Secret `koanf:"account_key"`
+}
+
+// Metrics is the Prometheus endpoint (/metrics).
+type Metrics struct {
+	Listen string `koanf:"listen"` // host:port; empty disables it
+}
+
+// Shutdown is the two-phase stop: drain for DrainTimeout, then abandon.
+type Shutdown struct {
+	DrainTimeout time.Duration `koanf:"drain_timeout"`
+}
+
+// Log configures log/slog.
+type Log struct {
+	Level  string `koanf:"level"`  // debug, info, warn, error
+	Format string `koanf:"format"` // text, json
+}
+
+// Demo is the self-contained demonstration mode.
+type Demo struct {
+	Emulator Emulator `koanf:"emulator"`
+}
+
+// Emulator starts the built-in emulator of the survey service in-process;
+// the daemon then points api.base_url and api.token at it.
+type Emulator struct {
+	Enabled            bool   `koanf:"enabled"`
+	Listen             string `koanf:"listen"`  // host:port; port 0 picks a free one
+	Surveys            int    `koanf:"surveys"` // surveys generated
+	ResponsesPerSurvey int    `koanf:"responses_per_survey"`
+	Seed               int64  `koanf:"seed"`
+}
+
+// Feed types.
+const (
+	FeedCSVDir          = "csv_dir"
+	FeedHTTP            = "http"
+	FeedClickHouseQuery = "clickhouse_query"
+)
+
+// Schedule policies of a feed's send.
+const (
+	SendImmediate = "immediate"
+	SendDelay     = "delay"
+	SendWindow    = "window"
+)
+
+// DedupeHash is the dedupe_key value that keys a row by a hash of all its
+// mapped fields.
+const DedupeHash = "hash"
+
+// Feed pushes contacts from a source into a distribution channel and
+// optionally triggers a message send.
+type Feed struct {
+	Name            string            `koanf:"name"`            // unique; [a-z0-9_-], used in metrics and audit rows
+	Type            string            `koanf:"type"`            // csv_dir, http, clickhouse_query
+	DistributionID  int64             `koanf:"distribution_id"` // the channel receiving the contacts
+	Channel         string            `koanf:"channel"`         // optional: email or cati
+	Mapping         map[string]string `koanf:"mapping"`         // contact field → source column
+	Salutation      Salutation        `koanf:"salutation"`
+	DedupeKey       string            `koanf:"dedupe_key"` // a source column, or "hash" of the mapped fields
+	Interval        time.Duration     `koanf:"interval"`   // how often the source is read (http: flushed)
+	CSVDir          CSVDirFeed        `koanf:"csv_dir"`
+	HTTP            HTTPFeed          `koanf:"http"`
+	ClickHouseQuery QueryFeed         `koanf:"clickhouse_query"`
+	Send            Send              `koanf:"send"` // MessageID 0 = no send
+}
+
+// Salutation are the salutation flags passed with each contact (spec §2.1).
+type Salutation struct {
+	Generate         bool   `koanf:"generate"`
+	PrefixMale       string `koanf:"prefix_male"`
+	PrefixFemale     string `koanf:"prefix_female"`
+	IncludeFirstName bool   `koanf:"include_first_name"`
+	IncludeLastName  bool   `koanf:"include_last_name"`
+}
+
+// CSVDirFeed reads CSV files dropped into a directory.
+type CSVDirFeed struct {
+	Dir       string `koanf:"dir"`
+	Delimiter string `koanf:"delimiter"` // one character
+}
+
+// HTTPFeed accepts contacts POSTed to Listen+Path with
+// "Authorization: Bearer <token>".
+type HTTPFeed struct {
+	Listen string `koanf:"listen"` // host:port; http feeds may share one
+	Path   string `koanf:"path"`   // default /feeds/<name>
+	Token  Secret `koanf:"token"`
+}
+
+// QueryFeed reads contacts with a query on the configured ClickHouse.
+type QueryFeed struct {
+	Query string `koanf:"query"`
+}
+
+// Send triggers a message of the channel after each pushed batch.
+type Send struct {
+	MessageID int64    `koanf:"message_id"`
+	Schedule  Schedule `koanf:"schedule"`
+}
+
+// Schedule says when the send happens: at once, Delay after the batch, or
+// at the next opening of Window.
+type Schedule struct {
+	Policy string        `koanf:"policy"` // immediate, delay, window
+	Delay  time.Duration `koanf:"delay"`
+	Window Window        `koanf:"window"`
+}
+
+// Window is a weekly sending window in a time zone. Use ParseWeekday and
+// ParseClock to read Days, From and To.
+type Window struct {
+	Days     []string `koanf:"days"` // mon … sun
+	From     string   `koanf:"from"` // "HH:MM"
+	To       string   `koanf:"to"`
+	TimeZone string   `koanf:"time_zone"` // IANA name
+}
+
+// ContactFields are the contact fields a feed mapping may fill (spec §2.1).
+var ContactFields = []string{
+	"import_number", "email", "phone", "first_name", "last_name", "salutation",
+	"company", "department", "job", "mobile",
+	"user_field1", "user_field2", "user_field3", "user_field4", "user_field5",
+	"user_field6", "user_field7", "user_field8", "user_field9", "user_field10",
+}
+
+// Statuses are the list filters sync.statuses may name (spec §3).
+var Statuses = []string{"completed", "disqualified", "quotafull", "partial"}
+
+// Demo defaults the daemon fills in when the emulator runs.
+const (
+	DemoUserAgent = "surveysync-demo (demo@example.invalid)"
+)
+
+// defaults is the bottom layer of Load: every key's default, before the
+// derived values (files.url) and the demo rule are applied.
+func defaults() *Config {
+	return &Config{
+		API: API{
+			BaseURL:        "https://api.click4survey.com/v1",
+			MaxConcurrency: 8,
+			RateLimit:      10,
+			Timeout:        30 * time.Second,
+			MaxRetries:     6,
+			QuotaPause:     15 * time.Minute,
+		},
+		Surveys: []int64{},
+		Sync: Sync{
+			Statuses:          append([]string(nil), Statuses...),
+			PollInterval:      30 * time.Second,
+			Overlap:           10 * time.Minute,
+			SettleLag:         5 * time.Second,
+			PartialLookback:   72 * time.Hour,
+			ReconcileInterval: 6 * time.Hour,
+			BackfillFrom:      time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
+			FetchConcurrency:  16,
+			Batch: Batch{
+				MaxRows:  100_000,
+				MaxBytes: 64 << 20,
+				MaxDelay: time.Second,
+			},
+		},
+		Webhooks: Webhooks{
+			Listen:         "127.0.0.1:8088",
+			SpoolDir:       "./data/webhook-spool",
+			SpoolMaxEvents: 1_000_000,
+			SpoolMaxBytes:  1 << 30,
+			AllowCIDRs:     []string{},
+			MaxBodyBytes:   1 << 20,
+		},
+		ClickHouse: ClickHouse{
+			Addr:        []string{},
+			Database:    "surveysync",
+			Username:    "default",
+			DialTimeout: 10 * time.Second,
+		},
+		Parquet: Parquet{Dir: "./data"},
+		Files: Files{
+			Enabled:        true,
+			MaxConcurrency: 4,
+			MaxSize:        1 << 30,
+			TypeMatch:      []string{"file", "upload"},
+		},
+		Metrics:  Metrics{Listen: "127.0.0.1:9464"},
+		Shutdown: Shutdown{DrainTimeout: 30 * time.Second},
+		Log:      Log{Level: "info", Format: "text"},
+		Demo: Demo{Emulator: Emulator{
+			Listen:             "127.0.0.1:0",
+			Surveys:            3,
+			ResponsesPerSurvey: 200,
+			Seed:               1,
+		}},
+		Feeds: []Feed{},
+	}
+}
+
+// Default returns the configuration surveysync runs with when it is given
+// no file, no SURVEYSYNC_* variable and no flag: the demo, with the
+// in-process emulator enabled, Parquet files under ./data and uploaded files
+// under ./data/files. It is what Load("", nil, nil) returns, and it is
+// valid.
+func Default() *Config {
+	c := defaults()
+	c.Demo.Emulator.Enabled = true
+	c.resolve()
+	return c
+}
+
+// resolve fills the values derived from others: per-feed defaults, the
+// default files.url under parquet.dir, and the demo User-Agent.
+func (c *Config) resolve() {
+	if c.Files.URL == "" {
+		c.Files.URL = URL(fileURL(filepath.Join(c.Parquet.Dir, "files")))
+	}
+	if c.API.UserAgent == "" && c.Demo.Emulator.Enabled {
+		c.API.UserAgent = DemoUserAgent
+	}
+	for i := range c.Feeds {
+		c.Feeds[i].applyDefaults()
+	}
+}
+
+// Feed defaults, applied to each feed after decoding.
+const (
+	DefaultFeedInterval = 5 * time.Minute
+	DefaultFeedListen   = "127.0.0.1:8089"
+)
+
+func (f *Feed) applyDefaults() {
+	if f.DedupeKey == "" {
+		f.DedupeKey = DedupeHash
+	}
+	if f.Interval == 0 {
+		f.Interval = DefaultFeedInterval
+	}
+	switch f.Type {
+	case FeedCSVDir:
+		if f.CSVDir.Delimiter == "" {
+			f.CSVDir.Delimiter = ","
+		}
+	case FeedHTTP:
+		if f.HTTP.Listen == "" {
+			f.HTTP.Listen = DefaultFeedListen
+		}
+		if f.HTTP.Path == "" && f.Name != "" {
+			f.HTTP.Path = "/feeds/" + f.Name
+		}
+	}
+	if f.Mapping == nil {
+		f.Mapping = map[string]string{}
+	}
+	s := &f.Send.Schedule
+	if s.Policy == "" {
+		s.Policy = SendImmediate
+	}
+	if s.Policy == SendWindow {
+		if s.Window.Days == nil {
+			s.Window.Days = []string{"mon", "tue", "wed", "thu", "fri"}
+		}
+		if s.Window.From == "" {
+			s.Window.From = "09:00"
+		}
+		if s.Window.To == "" {
+			s.Window.To = "17:00"
+		}
+		if s.Window.TimeZone == "" {
+			s.Window.TimeZone = "Europe/Prague"
+		}
+	}
+}
+
+// fileURL turns a directory into an absolute file:// URL.
+func fileURL(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	return "file://" + filepath.ToSlash(abs)
+}
