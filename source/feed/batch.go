@@ -1,0 +1,562 @@
+package feed
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+// RowResult is the outcome of one row of a batch.
+type RowResult struct {
+	Line      int64  `json:"line"` // file line (CSV, JSONL), array index + 1 (http), row number (query)
+	Key       string `json:"key,omitempty"`
+	Outcome   string `json:"outcome"`
+	Field     string `json:"field,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	ContactID int64  `json:"contact_id,omitempty"`
+	SurveyURL string `json:"survey_url,omitempty"`
+}
+
+// Summary counts a batch's rows by outcome.
+type Summary struct {
+	BatchID   string     `json:"batch_id"`
+	Rows      int64      `json:"rows"`
+	Pushed    int64      `json:"pushed"`
+	Skipped   int64      `json:"skipped"`
+	Failed    int64      `json:"failed"`
+	Invalid   int64      `json:"invalid"`
+	Uncertain int64      `json:"uncertain"`
+	Send      *SendEntry `json:"send,omitempty"`
+}
+
+func (s *Summary) add(outcome string) {
+	s.Rows++
+	switch outcome {
+	case OutcomePushed:
+		s.Pushed++
+	case OutcomeSkipped:
+		s.Skipped++
+	case OutcomeFailed:
+		s.Failed++
+	case OutcomeInvalid:
+		s.Invalid++
+	case OutcomeUncertain:
+		s.Uncertain++
+	}
+}
+
+// sourceRow is one row read from a source. problem is set when the row
+// could not even be parsed (a CSV quoting error, a JSONL line that is not an
+// object); get is nil then.
+type sourceRow struct {
+	line    int64
+	get     func(col string) (string, bool)
+	problem *rowProblem
+}
+
+// rowIter returns the next row, or io.EOF after the last one. Any other
+// error aborts the batch (the source became unreadable).
+type rowIter func() (sourceRow, error)
+
+// in-memory key states
+const (
+	kPushed    uint8 = 1
+	kUncertain uint8 = 2
+	kInflight  uint8 = 3
+)
+
+type keyID [16]byte
+
+func keyDigest(distributionID int64, key string) keyID {
+	h := sha256.New()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(distributionID))
+	h.Write(b[:])
+	h.Write([]byte(key))
+	var id keyID
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// feed is one configured feed with its in-memory view of the ledger: a
+// 17-byte entry per key ever pushed or uncertain, so that 100k+ keys load in
+// well under a second and cost a few MB.
+type feed struct {
+	opts    Options
+	mapper  *mapper
+	api     API
+	ledger  Ledger
+	m       *metrics
+	log     *slog.Logger
+	now     func() time.Time
+	grace   time.Duration
+	classes func(error) (state, msg string)
+
+	loadMu sync.Mutex
+	loaded bool
+
+	mu          sync.Mutex
+	keys        map[keyID]uint8
+	batchPushed map[string]int64  // pushed rows per batch id, for a resumed batch's send
+	sends       map[string]string // batch id → send state
+	lastVersion uint64
+	uncertainN  int64
+}
+
+// version returns a strictly increasing version (nanoseconds), so a later
+// ledger record always wins in a ReplacingMergeTree. f.mu must be held.
+func (f *feed) version(t time.Time) uint64 {
+	v := uint64(t.UnixNano())
+	if v <= f.lastVersion {
+		v = f.lastVersion + 1
+	}
+	f.lastVersion = v
+	return v
+}
+
+// ensureLoaded reads the ledger once. Intents found without a settlement
+// are recorded as uncertain (unless dry).
+func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
+	f.loadMu.Lock()
+	defer f.loadMu.Unlock()
+	if f.loaded {
+		return nil
+	}
+	keys := make(map[keyID]uint8)
+	batchPushed := map[string]int64{}
+	open := map[keyID]ContactEntry{} // intents not (yet) settled
+	start := time.Now()
+	var n int64
+	err := f.ledger.LoadContacts(ctx, f.opts.Name, func(e ContactEntry) error {
+		n++
+		id := keyDigest(e.DistributionID, e.Key)
+		switch e.State {
+		case StatePushed:
+			keys[id] = kPushed
+			batchPushed[e.BatchID]++
+			delete(open, id)
+		case StateUncertain:
+			keys[id] = kUncertain
+			delete(open, id)
+		case StateIntent:
+			keys[id] = kUncertain
+			open[id] = e
+		case StateFailed:
+			delete(keys, id)
+			delete(open, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("feed %s: load ledger: %w", f.opts.Name, err)
+	}
+	sends := map[string]string{}
+	openSends := map[string]SendEntry{}
+	err = f.ledger.LoadSends(ctx, f.opts.Name, func(e SendEntry) error {
+		sends[e.BatchID] = e.State
+		if e.State == SendIntent {
+			openSends[e.BatchID] = e
+		} else {
+			delete(openSends, e.BatchID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("feed %s: load sends: %w", f.opts.Name, err)
+	}
+	var uncertain int64
+	for _, s := range keys {
+		if s == kUncertain {
+			uncertain++
+		}
+	}
+	f.mu.Lock()
+	f.keys, f.batchPushed, f.sends, f.uncertainN = keys, batchPushed, sends, uncertain
+	f.mu.Unlock()
+	if !dry {
+		f.m.uncertain.WithLabelValues(f.opts.Name).Set(float64(uncertain))
+		if err := f.markUncertain(ctx, open, openSends); err != nil {
+			return err
+		}
+	}
+	f.log.Info("feed ledger loaded", "feed", f.opts.Name, "records", n, "keys", len(keys),
+		"uncertain", uncertain, "took", time.Since(start).Round(time.Millisecond))
+	f.loaded = true
+	return nil
+}
+
+const uncertainReason = "the process stopped between recording the intent and the service's answer: the contact may or may not exist (docs/feeds.md: resolving uncertain rows)"
+
+func (f *feed) markUncertain(ctx context.Context, open map[keyID]ContactEntry, openSends map[string]SendEntry) error {
+	if len(open) == 0 && len(openSends) == 0 {
+		return nil
+	}
+	now := f.now().UTC()
+	entries := make([]ContactEntry, 0, len(open))
+	f.mu.Lock()
+	for _, e := range open {
+		e.State, e.Error, e.UpdatedAt, e.Version = StateUncertain, uncertainReason, now, f.version(now)
+		entries = append(entries, e)
+	}
+	f.mu.Unlock()
+	if err := f.ledger.RecordContacts(ctx, entries); err != nil {
+		return fmt.Errorf("feed %s: record uncertain rows: %w", f.opts.Name, err)
+	}
+	if len(entries) > 0 {
+		f.log.Warn("feed rows uncertain after an interrupted run: not pushed again, resolve them (docs/feeds.md)",
+			"feed", f.opts.Name, "rows", len(entries))
+	}
+	for _, e := range openSends {
+		f.mu.Lock()
+		e.State, e.Error, e.At, e.Version = SendUncertain, "the process stopped during the send call: not repeated", now, f.version(now)
+		f.sends[e.BatchID] = SendUncertain
+		f.mu.Unlock()
+		if err := f.ledger.RecordSend(ctx, e); err != nil {
+			return fmt.Errorf("feed %s: record uncertain send: %w", f.opts.Name, err)
+		}
+		f.log.Warn("feed send uncertain after an interrupted run: not repeated", "feed", f.opts.Name, "batch", e.BatchID)
+	}
+	return nil
+}
+
+type pending struct {
+	line    int64
+	key     string
+	id      keyID
+	contact survey.Contact
+}
+
+// batchRun is one batch in progress.
+type batchRun struct {
+	f       *feed
+	id      string
+	file    string
+	emit    func(RowResult)
+	sum     Summary
+	dry     bool
+	dryKeys map[keyID]bool
+}
+
+// runBatch reads rows from next until io.EOF, validates, pushes new ones in
+// chunks, and triggers the send. emit gets every row's result. ctx is the
+// stop signal: when it ends, no new chunk starts, the chunk in flight
+// finishes within the grace period, and runBatch returns ctx's error.
+func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter, emit func(RowResult), dry bool) (Summary, error) {
+	b := &batchRun{f: f, id: batchID, file: file, emit: emit, dry: dry, sum: Summary{BatchID: batchID}}
+	if dry {
+		b.dryKeys = map[keyID]bool{}
+	}
+	if err := f.ensureLoaded(ctx, dry); err != nil {
+		return b.sum, err
+	}
+	// Work that has started (intents recorded) is finished even when ctx
+	// ends, within the grace period: a soft stop leaves nothing uncertain.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(f.grace, cancelWork) })
+	defer stop()
+
+	chunk := make([]pending, 0, f.opts.ChunkRows)
+	release := func() {
+		f.mu.Lock()
+		for _, p := range chunk {
+			delete(f.keys, p.id)
+		}
+		f.mu.Unlock()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			release()
+			return b.sum, err
+		}
+		row, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			release()
+			return b.sum, err
+		}
+		if row.problem != nil {
+			b.result(RowResult{Line: row.line, Outcome: OutcomeInvalid, Field: row.problem.Field, Reason: row.problem.Reason})
+			continue
+		}
+		c, key, prob := f.mapper.mapRow(row.get)
+		if prob != nil {
+			b.result(RowResult{Line: row.line, Key: key, Outcome: OutcomeInvalid, Field: prob.Field, Reason: prob.Reason})
+			continue
+		}
+		id := keyDigest(f.opts.DistributionID, key)
+		if outcome, reason := b.claim(id); outcome != "" {
+			b.result(RowResult{Line: row.line, Key: key, Outcome: outcome, Reason: reason})
+			continue
+		}
+		if dry {
+			b.result(RowResult{Line: row.line, Key: key, Outcome: OutcomePushed, Reason: "would push " + describe(&c)})
+			continue
+		}
+		chunk = append(chunk, pending{line: row.line, key: key, id: id, contact: c})
+		if len(chunk) == cap(chunk) {
+			err := b.flush(work, chunk)
+			chunk = chunk[:0]
+			if err != nil {
+				return b.sum, err
+			}
+		}
+	}
+	if len(chunk) > 0 {
+		if err := b.flush(work, chunk); err != nil {
+			return b.sum, err
+		}
+	}
+	if err := b.send(work); err != nil {
+		return b.sum, err
+	}
+	return b.sum, nil
+}
+
+// claim decides whether a key may be pushed by this batch and marks it in
+// flight. It returns a non-empty outcome when the row must not be pushed.
+func (b *batchRun) claim(id keyID) (outcome, reason string) {
+	f := b.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch f.keys[id] {
+	case kPushed:
+		return OutcomeSkipped, "already pushed"
+	case kUncertain:
+		return OutcomeUncertain, "an earlier push of this key has an unknown outcome: not pushed again until resolved (docs/feeds.md)"
+	case kInflight:
+		return OutcomeSkipped, "key repeated in this batch or being pushed by another batch"
+	}
+	if b.dry {
+		if b.dryKeys[id] {
+			return OutcomeSkipped, "key repeated in this batch"
+		}
+		b.dryKeys[id] = true
+		return "", ""
+	}
+	f.keys[id] = kInflight
+	return "", ""
+}
+
+func (b *batchRun) result(r RowResult) {
+	b.sum.add(r.Outcome)
+	if !b.dry {
+		b.f.m.rows.WithLabelValues(b.f.opts.Name, r.Outcome).Inc()
+	}
+	if b.emit != nil {
+		b.emit(r)
+	}
+}
+
+// flush pushes one chunk: intents durably first, then the calls, then the
+// settlements.
+func (b *batchRun) flush(ctx context.Context, chunk []pending) error {
+	f := b.f
+	now := f.now().UTC()
+	entries := make([]ContactEntry, len(chunk))
+	f.mu.Lock()
+	for i, p := range chunk {
+		entries[i] = ContactEntry{Feed: f.opts.Name, Key: p.key, DistributionID: f.opts.DistributionID,
+			State: StateIntent, BatchID: b.id, File: b.file, Line: p.line, UpdatedAt: now, Version: f.version(now)}
+	}
+	f.mu.Unlock()
+	if err := f.ledger.RecordContacts(ctx, entries); err != nil {
+		// Nothing was called: the rows may be pushed by a later batch.
+		f.mu.Lock()
+		for _, p := range chunk {
+			delete(f.keys, p.id)
+		}
+		f.mu.Unlock()
+		return fmt.Errorf("feed %s: record intents: %w", f.opts.Name, err)
+	}
+
+	g := new(errgroup.Group)
+	g.SetLimit(f.opts.Concurrency)
+	for i := range chunk {
+		g.Go(func() error {
+			e := &entries[i]
+			created, err := f.api.CreateContact(ctx, f.opts.DistributionID, chunk[i].contact)
+			switch {
+			case err == nil && created != nil:
+				e.State, e.ContactID, e.SurveyURL = StatePushed, created.ID, created.SurveyURL
+			case err == nil:
+				e.State, e.Error = StateUncertain, "the service answered without a contact"
+			default:
+				e.State, e.Error = f.classes(err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+
+	now = f.now().UTC()
+	f.mu.Lock()
+	for i := range entries {
+		entries[i].UpdatedAt, entries[i].Version = now, f.version(now)
+		switch entries[i].State {
+		case StatePushed:
+			f.keys[chunk[i].id] = kPushed
+			f.batchPushed[b.id]++
+		case StateUncertain:
+			f.keys[chunk[i].id] = kUncertain
+			f.uncertainN++
+		default:
+			delete(f.keys, chunk[i].id)
+		}
+	}
+	uncertain := f.uncertainN
+	f.mu.Unlock()
+	f.m.uncertain.WithLabelValues(f.opts.Name).Set(float64(uncertain))
+
+	settleErr := b.settle(ctx, entries)
+	for i, e := range entries {
+		r := RowResult{Line: chunk[i].line, Key: e.Key, ContactID: e.ContactID, SurveyURL: e.SurveyURL, Reason: e.Error}
+		switch e.State {
+		case StatePushed:
+			r.Outcome = OutcomePushed
+		case StateUncertain:
+			r.Outcome = OutcomeUncertain
+		default:
+			r.Outcome = OutcomeFailed
+		}
+		b.result(r)
+	}
+	return settleErr
+}
+
+// settle records the chunk's outcomes, retrying a few times: a lost
+// settlement turns pushed rows into uncertain ones at the next start.
+func (b *batchRun) settle(ctx context.Context, entries []ContactEntry) error {
+	var err error
+	for attempt, wait := 0, 500*time.Millisecond; attempt < 5; attempt, wait = attempt+1, wait*2 {
+		if err = b.f.ledger.RecordContacts(ctx, entries); err == nil {
+			return nil
+		}
+		b.f.log.Warn("feed: recording outcomes failed, retrying", "feed", b.f.opts.Name, "attempt", attempt+1, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("feed %s: record outcomes: %w", b.f.opts.Name, err)
+		case <-time.After(wait):
+		}
+	}
+	return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)
+}
+
+// send triggers the feed's message once for a batch that pushed at least
+// one new contact (counting rows pushed before an interruption of the same
+// batch).
+func (b *batchRun) send(ctx context.Context) error {
+	f := b.f
+	o := f.opts.Send
+	if o.MessageID == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	pushed := f.batchPushed[b.id]
+	prior, sentBefore := f.sends[b.id]
+	f.mu.Unlock()
+	if b.dry {
+		if b.sum.Pushed > 0 && !sentBefore {
+			when, _ := o.Schedule.next(f.now())
+			e := &SendEntry{Feed: f.opts.Name, BatchID: b.id, DistributionID: f.opts.DistributionID, MessageID: o.MessageID, ScheduledDate: when, Contacts: b.sum.Pushed}
+			b.sum.Send = e
+		}
+		return nil
+	}
+	if pushed == 0 {
+		return nil
+	}
+	if sentBefore {
+		f.log.Info("feed: send already triggered for this batch", "feed", f.opts.Name, "batch", b.id, "state", prior)
+		return nil
+	}
+	now := f.now()
+	when, err := o.Schedule.next(now)
+	if err != nil {
+		return fmt.Errorf("feed %s: schedule: %w", f.opts.Name, err)
+	}
+	f.mu.Lock()
+	e := SendEntry{Feed: f.opts.Name, BatchID: b.id, DistributionID: f.opts.DistributionID, MessageID: o.MessageID,
+		State: SendIntent, ScheduledDate: when, Contacts: pushed, At: now.UTC(), Version: f.version(now)}
+	f.sends[b.id] = SendIntent
+	f.mu.Unlock()
+	if err := f.ledger.RecordSend(ctx, e); err != nil {
+		f.mu.Lock()
+		delete(f.sends, b.id)
+		f.mu.Unlock()
+		return fmt.Errorf("feed %s: record send intent: %w", f.opts.Name, err)
+	}
+	req := survey.SendRequest{}
+	if when != nil {
+		req.ScheduledDate = survey.TimeOf(*when)
+	}
+	res, err := f.api.SendMessage(ctx, f.opts.DistributionID, o.MessageID, req)
+	now = f.now()
+	f.mu.Lock()
+	e.At, e.Version = now.UTC(), f.version(now)
+	switch {
+	case err == nil && res != nil:
+		e.State = SendSent
+		e.Pending, e.Sent, e.Bounces = res.ContactsCount.Pending, res.ContactsCount.Sent, res.ContactsCount.Bounces
+	case err == nil:
+		e.State = SendSent
+	default:
+		state, msg := f.classes(err)
+		e.State, e.Error = SendFailed, msg
+		if state == StateUncertain {
+			e.State = SendUncertain
+		}
+	}
+	f.sends[b.id] = e.State
+	f.mu.Unlock()
+	if e.State == SendSent {
+		f.m.sends.WithLabelValues(f.opts.Name).Inc()
+		f.m.sendContacts.WithLabelValues(f.opts.Name, "pending").Set(float64(e.Pending))
+		f.m.sendContacts.WithLabelValues(f.opts.Name, "sent").Set(float64(e.Sent))
+		f.m.sendContacts.WithLabelValues(f.opts.Name, "bounces").Set(float64(e.Bounces))
+		f.log.Info("feed: message send triggered", "feed", f.opts.Name, "batch", b.id, "message", o.MessageID,
+			"scheduled", when, "pending", e.Pending, "sent", e.Sent, "bounces", e.Bounces)
+	} else {
+		f.m.sendFailures.WithLabelValues(f.opts.Name).Inc()
+		f.log.Error("feed: message send failed; not repeated for this batch (the next batch's send covers these contacts)",
+			"feed", f.opts.Name, "batch", b.id, "message", o.MessageID, "state", e.State, "err", e.Error)
+	}
+	b.sum.Send = &e
+	if err := b.f.ledger.RecordSend(ctx, e); err != nil {
+		return fmt.Errorf("feed %s: record send outcome: %w", f.opts.Name, err)
+	}
+	return nil
+}
+
+// describe is a short human text of a contact for dry runs.
+func describe(c *survey.Contact) string {
+	s := ""
+	add := func(k, v string) {
+		if v != "" {
+			if s != "" {
+				s += " "
+			}
+			s += k + "=" + clip(v)
+		}
+	}
+	add("email", c.Email)
+	add("phone", c.Phone)
+	add("first_name", c.FirstName)
+	add("last_name", c.LastName)
+	if c.ImportNumber != nil {
+		add("import_number", fmt.Sprint(int64(*c.ImportNumber)))
+	}
+	return s
+}

@@ -1,0 +1,109 @@
+package feed
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+// HTTPResponse is the answer of an http feed to a POST: one result per
+// posted row, in order (Line is the row's index + 1).
+type HTTPResponse struct {
+	Summary
+	Error string      `json:"error,omitempty"`
+	Rows  []RowResult `json:"rows"`
+}
+
+// httpHandler serves one http feed: POST a JSON array of objects keyed by
+// source column names, with `Authorization: Bearer <token>`. The request is
+// answered once every row's outcome is durable in the ledger: 200 with
+// per-row results (rows may still be invalid or failed), 400 for a body
+// that is not a JSON array of objects (nothing pushed), 401 for a missing
+// or wrong token, 413 for a body over MaxBodyBytes, 503 when the batch
+// stopped (ledger unavailable, shutting down) — rows reported as pushed
+// were pushed, the others may be posted again.
+func (f *feed) httpHandler() http.Handler {
+	token := []byte("Bearer " + f.opts.HTTP.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			httpError(w, http.StatusMethodNotAllowed, "use POST with a JSON array of contacts")
+			return
+		}
+		auth := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(auth, token) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="surveysync feed"`)
+			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		body := http.MaxBytesReader(w, r.Body, f.opts.HTTP.MaxBodyBytes)
+		var raw []map[string]any
+		dec := json.NewDecoder(body)
+		dec.UseNumber()
+		if err := dec.Decode(&raw); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes: split it", mbe.Limit))
+				return
+			}
+			httpError(w, http.StatusBadRequest, "body must be a JSON array of objects keyed by source column: "+err.Error())
+			return
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			httpError(w, http.StatusBadRequest, "body must hold exactly one JSON array")
+			return
+		}
+		i := 0
+		next := func() (sourceRow, error) {
+			if i >= len(raw) {
+				return sourceRow{}, io.EOF
+			}
+			i++
+			obj, prob := scalarStrings(raw[i-1])
+			if prob != nil {
+				return sourceRow{line: int64(i), problem: prob}, nil
+			}
+			return sourceRow{line: int64(i), get: mapGetter(obj)}, nil
+		}
+		resp := HTTPResponse{Rows: make([]RowResult, 0, len(raw))}
+		sum, err := f.runBatch(r.Context(), "http:"+newID(f), "", next, func(rr RowResult) {
+			resp.Rows = append(resp.Rows, rr)
+		}, false)
+		resp.Summary = sum
+		status := http.StatusOK
+		if err != nil {
+			status = http.StatusServiceUnavailable
+			resp.Error = err.Error()
+			f.log.Error("feed: http batch stopped", "feed", f.opts.Name, "err", err)
+		}
+		// Rows come back in the order of their outcome; put them in input order.
+		sortResults(resp.Rows)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(resp)
+	})
+}
+
+func sortResults(rows []RowResult) {
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Line < rows[j].Line })
+}
+
+func httpError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// newID returns a batch id part: the time and 6 random bytes.
+func newID(f *feed) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return strings.ReplaceAll(f.now().UTC().Format("20060102T150405.000000Z"), ".", "") + "-" + hex.EncodeToString(b[:])
+}
