@@ -59,6 +59,22 @@ type Options struct {
 	PingSurveyID int64
 }
 
+// String prints the options with the token masked, so that logging them is safe.
+func (o Options) String() string {
+	tok := ""
+	if o.Token != "" {
+		tok = "***"
+	}
+	return fmt.Sprintf("surveyapi.Options{BaseURL:%q Token:%s UserAgent:%q MaxConcurrency:%d RateLimit:%g Timeout:%s MaxRetries:%d RetryInitial:%s RetryMax:%s QuotaPause:%s AuthProbeInterval:%s PingSurveyID:%d}",
+		o.BaseURL, tok, o.UserAgent, o.MaxConcurrency, o.RateLimit, o.Timeout, o.MaxRetries, o.RetryInitial, o.RetryMax, o.QuotaPause, o.AuthProbeInterval, o.PingSurveyID)
+}
+
+// GoString masks the token for %#v too.
+func (o Options) GoString() string { return o.String() }
+
+// LogValue masks the token for log/slog.
+func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
+
 // Client calls the survey service's v1 API. It is safe for concurrent use,
 // and meant to be shared by every caller in the process: the limits, the
 // 429 gate, the 402 pause and the 401 stop are the client's, not a call's.
