@@ -1,0 +1,237 @@
+package parquet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/surveysync/surveysync/pipeline"
+)
+
+// State files in <dir>/_state. Each holds every row of its table as JSON
+// and is replaced whole on every save (temporary file, fsync, rename, fsync
+// folder), so a reader sees the old or the new content, never a mix.
+const (
+	statesFile  = "sync_state.json"
+	surveysFile = "surveys.json"
+	fileFormat  = 1
+)
+
+type statesDoc struct {
+	Format int          `json:"format"`
+	States []stateEntry `json:"states"`
+}
+
+type stateEntry struct {
+	SurveyID  int64     `json:"survey_id"`
+	Stream    string    `json:"stream"`
+	Watermark time.Time `json:"watermark"`
+	LastRunAt time.Time `json:"last_run_at"`
+	LastError string    `json:"last_error,omitempty"`
+	Synced    int64     `json:"synced"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+type surveysDoc struct {
+	Format  int           `json:"format"`
+	Surveys []surveyEntry `json:"surveys"`
+}
+
+type surveyEntry struct {
+	SurveyID   int64      `json:"survey_id"`
+	Name       string     `json:"name"`
+	LaunchedAt *time.Time `json:"launched_at,omitempty"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	FirstSeen  time.Time  `json:"first_seen"`
+	LastSeen   time.Time  `json:"last_seen"`
+}
+
+// LoadStates returns every saved stream checkpoint, ordered by survey and
+// stream; none when nothing was saved yet.
+func (s *Sink) LoadStates(ctx context.Context) ([]pipeline.StreamState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stateOp(ctx); err != nil {
+		return nil, err
+	}
+	doc, err := s.loadStates()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pipeline.StreamState, len(doc.States))
+	for i, e := range doc.States {
+		out[i] = pipeline.StreamState(e)
+	}
+	return out, nil
+}
+
+// SaveStates upserts the given checkpoints by (survey, stream); the others
+// stay as they were. It returns once the file is durable.
+func (s *Sink) SaveStates(ctx context.Context, states []pipeline.StreamState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stateOp(ctx); err != nil {
+		return err
+	}
+	doc, err := s.loadStates()
+	if err != nil {
+		return err
+	}
+	type key struct {
+		survey int64
+		stream string
+	}
+	byKey := make(map[key]int, len(doc.States))
+	for i, e := range doc.States {
+		byKey[key{e.SurveyID, e.Stream}] = i
+	}
+	for _, st := range states {
+		e := stateEntry(st)
+		if i, ok := byKey[key{st.SurveyID, st.Stream}]; ok {
+			doc.States[i] = e
+			continue
+		}
+		byKey[key{st.SurveyID, st.Stream}] = len(doc.States)
+		doc.States = append(doc.States, e)
+	}
+	slices.SortFunc(doc.States, func(a, b stateEntry) int {
+		return cmp.Or(cmp.Compare(a.SurveyID, b.SurveyID), cmp.Compare(a.Stream, b.Stream))
+	})
+	doc.Format = fileFormat
+	return s.writeJSON(statesFile, doc)
+}
+
+// LoadSurveys returns every saved survey, ordered by id.
+func (s *Sink) LoadSurveys(ctx context.Context) ([]pipeline.SurveyInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stateOp(ctx); err != nil {
+		return nil, err
+	}
+	doc, err := s.loadSurveys()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pipeline.SurveyInfo, len(doc.Surveys))
+	for i, e := range doc.Surveys {
+		out[i] = pipeline.SurveyInfo(e)
+	}
+	return out, nil
+}
+
+// SaveSurveys upserts the given surveys by id; the others stay as they
+// were. It returns once the file is durable.
+func (s *Sink) SaveSurveys(ctx context.Context, surveys []pipeline.SurveyInfo) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stateOp(ctx); err != nil {
+		return err
+	}
+	doc, err := s.loadSurveys()
+	if err != nil {
+		return err
+	}
+	byID := make(map[int64]int, len(doc.Surveys))
+	for i, e := range doc.Surveys {
+		byID[e.SurveyID] = i
+	}
+	for _, sv := range surveys {
+		e := surveyEntry(sv)
+		if i, ok := byID[sv.SurveyID]; ok {
+			doc.Surveys[i] = e
+			continue
+		}
+		byID[sv.SurveyID] = len(doc.Surveys)
+		doc.Surveys = append(doc.Surveys, e)
+	}
+	slices.SortFunc(doc.Surveys, func(a, b surveyEntry) int { return cmp.Compare(a.SurveyID, b.SurveyID) })
+	doc.Format = fileFormat
+	return s.writeJSON(surveysFile, doc)
+}
+
+// stateOp checks that a state operation may run; s.mu is held.
+func (s *Sink) stateOp(ctx context.Context) error {
+	if s.closed {
+		return errors.New("parquet sink: closed")
+	}
+	return ctx.Err()
+}
+
+func (s *Sink) loadStates() (statesDoc, error) {
+	var doc statesDoc
+	err := s.readJSON(statesFile, &doc)
+	return doc, err
+}
+
+func (s *Sink) loadSurveys() (surveysDoc, error) {
+	var doc surveysDoc
+	err := s.readJSON(surveysFile, &doc)
+	return doc, err
+}
+
+// readJSON decodes <dir>/_state/name into v; a missing file leaves v as is.
+func (s *Sink) readJSON(name string, v any) error {
+	path := filepath.Join(s.dir, stateDirName, name)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("parquet sink: read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("parquet sink: decode %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSON replaces <dir>/_state/name with v durably.
+func (s *Sink) writeJSON(name string, v any) (err error) {
+	dir := filepath.Join(s.dir, stateDirName)
+	path := filepath.Join(dir, name)
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("parquet sink: encode %s: %w", path, err)
+	}
+	raw = append(raw, '\n')
+	if err := mkdirAllSync(dir); err != nil {
+		return fmt.Errorf("parquet sink: %w", err)
+	}
+	f, err := os.CreateTemp(dir, tmpPrefix+name+"-*"+tmpSuffix)
+	if err != nil {
+		return fmt.Errorf("parquet sink: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+			err = fmt.Errorf("parquet sink: write %s: %w", path, err)
+		}
+	}()
+	if _, err := f.Write(raw); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if s.testHookBeforeRename != nil {
+		if err := s.testHookBeforeRename(tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
