@@ -73,16 +73,18 @@ type Batch struct {
 // Webhooks is the receiver of the service's webhooks (REFERENCE.md,
 // Webhooks). The service signs nothing: the secret is a segment of Path.
 type Webhooks struct {
-	Enabled                bool       `koanf:"enabled"`
-	Listen                 string     `koanf:"listen"`                   // host:port
-	Path                   SecretPath `koanf:"path"`                     // e.g. /hooks/<random secret, >= 16 chars>
-	SpoolDir               string     `koanf:"spool_dir"`                // events are durable here before the 2xx
-	SpoolMaxEvents         int        `koanf:"spool_max_events"`         // beyond either limit the receiver answers 503
-	SpoolMaxBytes          ByteSize   `koanf:"spool_max_bytes"`          //
-	BasicAuth              BasicAuth  `koanf:"basic_auth"`               // optional
-	AllowCIDRs             []string   `koanf:"allow_cidrs"`              // optional allow-list of senders
-	StandardWebhooksSecret Secret     `koanf:"standard_webhooks_secret"` // optional; "whsec_<base64>"
-	MaxBodyBytes           ByteSize   `koanf:"max_body_bytes"`
+	Enabled                bool          `koanf:"enabled"`
+	Listen                 string        `koanf:"listen"`                   // host:port
+	Path                   SecretPath    `koanf:"path"`                     // e.g. /hooks/<random secret, >= 16 chars>
+	SpoolDir               string        `koanf:"spool_dir"`                // events are durable here before the 2xx
+	SpoolMaxEvents         int           `koanf:"spool_max_events"`         // beyond either limit the receiver answers 503
+	SpoolMaxBytes          ByteSize      `koanf:"spool_max_bytes"`          //
+	BasicAuth              BasicAuth     `koanf:"basic_auth"`               // optional
+	AllowCIDRs             []string      `koanf:"allow_cidrs"`              // optional allow-list of senders
+	StandardWebhooksSecret Secret        `koanf:"standard_webhooks_secret"` // optional; "whsec_<base64>" or a raw key
+	RequireSignature       bool          `koanf:"require_signature"`        // reject requests without Standard Webhooks headers
+	SignatureTolerance     time.Duration `koanf:"signature_tolerance"`      // max age/skew of webhook-timestamp
+	MaxBodyBytes           ByteSize      `koanf:"max_body_bytes"`
 }
 
 // BasicAuth is optional HTTP basic authentication; both or neither.
@@ -191,8 +193,9 @@ type Feed struct {
 	Channel         string            `koanf:"channel"`         // optional: email or cati
 	Mapping         map[string]string `koanf:"mapping"`         // contact field → source column
 	Salutation      Salutation        `koanf:"salutation"`
-	DedupeKey       string            `koanf:"dedupe_key"` // a source column, or "hash" of the mapped fields
-	Interval        time.Duration     `koanf:"interval"`   // how often the source is read (http: flushed)
+	DedupeKey       string            `koanf:"dedupe_key"`  // a source column, or "hash" of the mapped fields
+	Interval        time.Duration     `koanf:"interval"`    // how often a csv_dir is polled / a query run
+	Concurrency     int               `koanf:"concurrency"` // create-contact calls in flight
 	CSVDir          CSVDirFeed        `koanf:"csv_dir"`
 	HTTP            HTTPFeed          `koanf:"http"`
 	ClickHouseQuery QueryFeed         `koanf:"clickhouse_query"`
@@ -211,15 +214,16 @@ type Salutation struct {
 // CSVDirFeed reads CSV files dropped into a directory.
 type CSVDirFeed struct {
 	Dir       string `koanf:"dir"`
-	Delimiter string `koanf:"delimiter"` // one character
+	Delimiter string `koanf:"delimiter"` // one character; empty detects "," or ";" from the header
 }
 
 // HTTPFeed accepts contacts POSTed to Listen+Path with
 // "Authorization: Bearer <token>".
 type HTTPFeed struct {
-	Listen string `koanf:"listen"` // host:port; http feeds may share one
-	Path   string `koanf:"path"`   // default /feeds/<name>
-	Token  Secret `koanf:"token"`
+	Listen       string   `koanf:"listen"` // host:port; http feeds may share one
+	Path         string   `koanf:"path"`   // default /feeds/<name>
+	Token        Secret   `koanf:"token"`
+	MaxBodyBytes ByteSize `koanf:"max_body_bytes"`
 }
 
 // QueryFeed reads contacts with a query on the configured ClickHouse.
@@ -250,12 +254,16 @@ type Window struct {
 	TimeZone string   `koanf:"time_zone"` // IANA name
 }
 
-// ContactFields are the contact fields a feed mapping may fill (spec §2.1).
+// ContactFields are the contact fields a feed mapping may fill (spec §2.1),
+// as source/feed accepts them.
 var ContactFields = []string{
 	"import_number", "email", "phone", "first_name", "last_name", "salutation",
 	"company", "department", "job", "mobile",
 	"user_field1", "user_field2", "user_field3", "user_field4", "user_field5",
 	"user_field6", "user_field7", "user_field8", "user_field9", "user_field10",
+	// Per-row overrides of the feed's salutation settings.
+	"salutation_generate", "salutation_prefix_male", "salutation_prefix_female",
+	"salutation_include_first_name", "salutation_include_last_name",
 }
 
 // Statuses are the list filters sync.statuses may name (spec §3).
@@ -295,12 +303,13 @@ func defaults() *Config {
 			},
 		},
 		Webhooks: Webhooks{
-			Listen:         "127.0.0.1:8088",
-			SpoolDir:       "./data/webhook-spool",
-			SpoolMaxEvents: 1_000_000,
-			SpoolMaxBytes:  1 << 30,
-			AllowCIDRs:     []string{},
-			MaxBodyBytes:   1 << 20,
+			Listen:             "127.0.0.1:8088",
+			SpoolDir:           "./data/webhook-spool",
+			SpoolMaxEvents:     100_000,
+			SpoolMaxBytes:      256 << 20,
+			AllowCIDRs:         []string{},
+			SignatureTolerance: 5 * time.Minute,
+			MaxBodyBytes:       1 << 20,
 		},
 		ClickHouse: ClickHouse{
 			Addr:        []string{},
@@ -356,23 +365,33 @@ func (c *Config) resolve() {
 
 // Feed defaults, applied to each feed after decoding.
 const (
-	DefaultFeedInterval = 5 * time.Minute
-	DefaultFeedListen   = "127.0.0.1:8089"
+	DefaultCSVDirInterval  = 5 * time.Second
+	DefaultQueryInterval   = time.Hour
+	DefaultFeedListen      = "127.0.0.1:8089"
+	DefaultFeedBodyBytes   = 16 << 20
+	DefaultFeedConcurrency = 8
 )
 
 func (f *Feed) applyDefaults() {
 	if f.DedupeKey == "" {
 		f.DedupeKey = DedupeHash
 	}
-	if f.Interval == 0 {
-		f.Interval = DefaultFeedInterval
+	if f.Concurrency == 0 {
+		f.Concurrency = DefaultFeedConcurrency
 	}
 	switch f.Type {
 	case FeedCSVDir:
-		if f.CSVDir.Delimiter == "" {
-			f.CSVDir.Delimiter = ","
+		if f.Interval == 0 {
+			f.Interval = DefaultCSVDirInterval
+		}
+	case FeedClickHouseQuery:
+		if f.Interval == 0 {
+			f.Interval = DefaultQueryInterval
 		}
 	case FeedHTTP:
+		if f.HTTP.MaxBodyBytes == 0 {
+			f.HTTP.MaxBodyBytes = DefaultFeedBodyBytes
+		}
 		if f.HTTP.Listen == "" {
 			f.HTTP.Listen = DefaultFeedListen
 		}
@@ -388,7 +407,7 @@ func (f *Feed) applyDefaults() {
 		s.Policy = SendImmediate
 	}
 	if s.Policy == SendWindow {
-		if s.Window.Days == nil {
+		if len(s.Window.Days) == 0 {
 			s.Window.Days = []string{"mon", "tue", "wed", "thu", "fri"}
 		}
 		if s.Window.From == "" {

@@ -514,7 +514,11 @@ func checkValue(v any, t reflect.Type, path, origin string) []error {
 		}
 		return errs
 	case reflect.String:
-		if _, ok := v.(string); !ok {
+		switch v.(type) {
+		case string:
+		case []any, map[string]any:
+			return bad("a string")
+		default:
 			return bad("a string (quote it)")
 		}
 	case reflect.Bool:
@@ -644,6 +648,16 @@ func suggestPath(path, key string, t reflect.Type) string {
 	})
 	if len(found) == 1 {
 		return found[0]
+	}
+	// Prefer the one key outside the feeds list ("token" → api.token).
+	var top []string
+	for _, f := range found {
+		if !strings.Contains(f, "[]") {
+			top = append(top, f)
+		}
+	}
+	if len(top) == 1 {
+		return top[0]
 	}
 	return ""
 }

@@ -16,10 +16,12 @@ import (
 // ""), the secret segment of webhooks.path masked ("/hooks/***") and
 // credentials in URLs masked. `surveysync config print` uses it; its output
 // loads back (with the secrets to fill in).
-func (c *Config) Print(w io.Writer) error {
+func (c *Config) Print(w io.Writer) error { return c.print(w, true) }
+
+func (c *Config) print(w io.Writer, mask bool) error {
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
-	if err := enc.Encode(toNode(reflect.ValueOf(*c), true)); err != nil {
+	if err := enc.Encode(toNode(reflect.ValueOf(*c), mask)); err != nil {
 		return fmt.Errorf("config print: %w", err)
 	}
 	return enc.Close()

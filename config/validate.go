@@ -140,7 +140,9 @@ func (c *Config) validateWebhooks(p *problems) {
 				ok = true
 			}
 		}
-		if !ok {
+		if strings.Contains(strings.ToLower(path), "change-me") {
+			p.add("webhooks.path", "still holds the example's placeholder: replace it with a random secret (e.g. `openssl rand -hex 16`)")
+		} else if !ok {
 			p.add("webhooks.path", "must contain a secret segment of at least %d characters [A-Za-z0-9_-] (e.g. /hooks/<output of `openssl rand -hex 16`>): the service signs nothing, the path is the password (got %q)",
 				MinPathSecret, w.Path.String())
 		}
@@ -160,12 +162,15 @@ func (c *Config) validateWebhooks(p *problems) {
 			p.add(fmt.Sprintf("webhooks.allow_cidrs[%d]", i), "must be a CIDR such as 203.0.113.0/24 or an IP address (got %q)", cidr)
 		}
 	}
-	if w.StandardWebhooksSecret.IsSet() {
-		raw := strings.TrimPrefix(w.StandardWebhooksSecret.Value(), "whsec_")
-		if b, err := base64.StdEncoding.DecodeString(raw); err != nil || len(b) < 16 {
-			p.add("webhooks.standard_webhooks_secret", `must be "whsec_" followed by base64 of at least 16 bytes (value hidden)`)
+	if b64, ok := strings.CutPrefix(w.StandardWebhooksSecret.Value(), "whsec_"); ok {
+		if b, err := base64.StdEncoding.DecodeString(b64); err != nil || len(b) == 0 {
+			p.add("webhooks.standard_webhooks_secret", `starts with "whsec_" but the rest is not base64 (value hidden)`)
 		}
 	}
+	if w.RequireSignature && !w.StandardWebhooksSecret.IsSet() {
+		p.add("webhooks.require_signature", "needs webhooks.standard_webhooks_secret")
+	}
+	positive(p, "webhooks.signature_tolerance", w.SignatureTolerance)
 	if w.MaxBodyBytes < 1<<10 || w.MaxBodyBytes > 64<<20 {
 		p.add("webhooks.max_body_bytes", "must be between 1KiB and 64MiB (got %s)", w.MaxBodyBytes)
 	}
@@ -298,16 +303,17 @@ func (c *Config) validateFeeds(p *problems) {
 		if strings.TrimSpace(f.DedupeKey) == "" {
 			p.add(at("dedupe_key"), "must be a source column or %q", DedupeHash)
 		}
-		if f.Interval < time.Second {
+		if (f.Type == FeedCSVDir || f.Type == FeedClickHouseQuery) && f.Interval < time.Second {
 			p.add(at("interval"), "must be at least 1s (got %s)", FormatDuration(f.Interval))
 		}
+		intRange(p, at("concurrency"), f.Concurrency, 1, 256)
 		switch f.Type {
 		case FeedCSVDir:
 			if f.CSVDir.Dir == "" {
 				p.add(at("csv_dir.dir"), "is required for a csv_dir feed")
 			}
-			if len([]rune(f.CSVDir.Delimiter)) != 1 || f.CSVDir.Delimiter == "\"" || f.CSVDir.Delimiter == "\n" || f.CSVDir.Delimiter == "\r" {
-				p.add(at("csv_dir.delimiter"), "must be one character other than a quote or a line break (got %q)", f.CSVDir.Delimiter)
+			if d := f.CSVDir.Delimiter; d != "" && (len([]rune(d)) != 1 || d == "\"" || d == "\n" || d == "\r") {
+				p.add(at("csv_dir.delimiter"), "must be one character other than a quote or a line break, or empty to detect it (got %q)", d)
 			}
 		case FeedHTTP:
 			listenAddr(p, at("http.listen"), f.HTTP.Listen)
@@ -318,6 +324,9 @@ func (c *Config) validateFeeds(p *problems) {
 				p.add(at("http.token"), "is required for an http feed (pushers send Authorization: Bearer <token>)")
 			} else if len(f.HTTP.Token.Value()) < 16 {
 				p.add(at("http.token"), "must be at least 16 characters (value hidden)")
+			}
+			if f.HTTP.MaxBodyBytes < 1<<10 {
+				p.add(at("http.max_body_bytes"), "must be at least 1KiB (got %s)", f.HTTP.MaxBodyBytes)
 			}
 			route := f.HTTP.Listen + f.HTTP.Path
 			if j, dup := httpRoutes[route]; dup {
