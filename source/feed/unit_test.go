@@ -11,8 +11,8 @@ import (
 
 func TestScheduleWindowAcrossDST(t *testing.T) {
 	w := Schedule{Policy: PolicyWindow, Window: Window{
-		Days:     []time.Weekday{time.Monday, time.Tuesday, time.Wednesday, time.Thursday, time.Friday},
-		From:     "09:00", To: "17:00", TimeZone: "Europe/Prague",
+		Days: []time.Weekday{time.Monday, time.Tuesday, time.Wednesday, time.Thursday, time.Friday},
+		From: "09:00", To: "17:00", TimeZone: "Europe/Prague",
 	}}
 	utc := func(s string) time.Time {
 		t, err := time.Parse(time.RFC3339, s)

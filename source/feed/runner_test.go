@@ -1,0 +1,571 @@
+package feed_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/feed/feedtest"
+	"github.com/surveysync/surveysync/source/surveyapi"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("FEED_CRASH_CHILD") != "" {
+		crashChild()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+const dist = 14457
+
+func newClient(t testing.TB, url string, timeout time.Duration) *surveyapi.Client {
+	t.Helper()
+	c, err := surveyapi.New(surveyapi.Options{BaseURL: url + "/v1", Token: "test-token", UserAgent: "surveysync-test (test@example.cz)",
+		RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond, MaxRetries: 60, Timeout: timeout, MaxConcurrency: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func csvFeed(dir string) feed.Options {
+	return feed.Options{
+		Name: "crm", Type: feed.TypeCSVDir, DistributionID: dist, Channel: feed.ChannelEmail,
+		Mapping: map[string]string{"email": "E-mail", "first_name": "Jméno", "last_name": "Příjmení",
+			"company": "Firma", "import_number": "Import", "user_field1": "ID"},
+		Salutation: feed.Salutation{Generate: true, PrefixMale: "Vážený pane", PrefixFemale: "Vážená paní", IncludeLastName: true},
+		DedupeKey:  "ID",
+		CSVDir:     feed.CSVDirOptions{Dir: dir},
+		Send:       feed.SendOptions{MessageID: 9},
+	}
+}
+
+type env struct {
+	svc       *feedtest.Service
+	api       *surveyapi.Client
+	ledger    *feed.FileLedger
+	reg       *prometheus.Registry
+	runner    *feed.Runner
+	ledgerDir string
+}
+
+func newEnv(t testing.TB, svc *feedtest.Service, ledgerDir string, timeout time.Duration, feeds ...feed.Options) *env {
+	t.Helper()
+	l, err := feed.NewFileLedger(ledgerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	e := &env{svc: svc, api: newClient(t, svc.URL(), timeout), ledger: l, reg: prometheus.NewRegistry(), ledgerDir: ledgerDir}
+	e.runner, err = feed.NewRunner(feed.RunnerOptions{Feeds: feeds, API: e.api, Ledger: l, Registerer: e.reg,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// genCSV writes n rows with known malformed rows and repeats. It returns
+// the IDs expected to be pushed and the lines expected to be rejected.
+func genCSV(t testing.TB, path string, n int, withBad bool) (good map[string]bool, badLines map[int64]string) {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteString("\ufeffID;E-mail;Jméno;Příjmení;Firma;Import\n")
+	good, badLines = map[string]bool{}, map[int64]string{}
+	line := int64(1)
+	for i := 1; i <= n; i++ {
+		line++
+		id := fmt.Sprintf("C%06d", i)
+		email := fmt.Sprintf("kontakt%d@firma-%d.cz", i, i%17)
+		imp := fmt.Sprint(i % 5)
+		switch {
+		case withBad && i%97 == 0:
+			email = "kontakt" + fmt.Sprint(i) + "@"
+			badLines[line] = "email"
+		case withBad && i%211 == 0:
+			imp = "pět"
+			badLines[line] = "import_number"
+		case withBad && i%503 == 0:
+			fmt.Fprintf(&b, "%s;%s;Jana\n", id, email)
+			badLines[line] = "fields"
+			continue
+		case withBad && i%601 == 0:
+			fmt.Fprintf(&b, "%s;%s;Ja\"na;Nováková;Firma;1\n", id, email)
+			badLines[line] = "quote"
+			continue
+		case withBad && i%50 == 0:
+			id = fmt.Sprintf("C%06d", i-1) // a repeat of the previous row's key
+			if !good[id] {
+				good[id] = true // the previous row was rejected: this one is the first good one
+			}
+		default:
+			good[id] = true
+		}
+		fmt.Fprintf(&b, "%s;%s;Jana;\"Nováková; ml.\";Firma %d s.r.o.;%s\n", id, email, i%3, imp)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return good, badLines
+}
+
+func pushedIDs(t testing.TB, svc *feedtest.Service) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, c := range svc.Contacts(dist) {
+		got[c.UserField1]++
+	}
+	return got
+}
+
+func checkExactlyOnce(t testing.TB, got map[string]int, want map[string]bool) {
+	t.Helper()
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s pushed %d times", id, n)
+		}
+		if !want[id] {
+			t.Errorf("%s pushed but not expected", id)
+		}
+	}
+	for id := range want {
+		if got[id] == 0 {
+			t.Errorf("%s never pushed", id)
+		}
+	}
+}
+
+func report(t testing.TB, dir, sub string) []*feed.FileReport {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(dir, sub, "*.report.json"))
+	sort.Strings(paths)
+	var out []*feed.FileReport
+	for _, p := range paths {
+		r, err := feed.ReadFileReport(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestCSV10kOnceAndRedrop(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir := t.TempDir()
+	e := newEnv(t, svc, t.TempDir(), 5*time.Second, csvFeed(dir))
+	good, bad := genCSV(t, filepath.Join(dir, "kontakty.csv"), 10000, true)
+	ctx := context.Background()
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	reps := report(t, dir, "done")
+	if len(reps) != 1 {
+		t.Fatalf("want 1 report in done/, got %d", len(reps))
+	}
+	r := reps[0]
+	if r.File != "kontakty.csv" || r.Summary.Rows != 10000 || r.Summary.Pushed != int64(len(good)) ||
+		r.Summary.Invalid != int64(len(bad)) || r.Summary.Failed != 0 || r.Summary.Uncertain != 0 {
+		t.Fatalf("summary %+v; want %d pushed, %d invalid", r.Summary, len(good), len(bad))
+	}
+	if r.Summary.Skipped != 10000-int64(len(good))-int64(len(bad)) {
+		t.Fatalf("skipped %d", r.Summary.Skipped)
+	}
+	gotBad := map[int64]bool{}
+	for _, p := range r.Problems {
+		if p.Outcome != feed.OutcomeInvalid || p.Reason == "" {
+			t.Errorf("problem %+v", p)
+		}
+		gotBad[p.Line] = true
+		switch want := bad[p.Line]; want {
+		case "email", "import_number":
+			if p.Field != want {
+				t.Errorf("line %d: field %q, want %q", p.Line, p.Field, want)
+			}
+		}
+	}
+	for l := range bad {
+		if !gotBad[l] {
+			t.Errorf("bad line %d (%s) not reported", l, bad[l])
+		}
+	}
+	if len(gotBad) != len(bad) {
+		t.Errorf("reported %d bad lines, want %d", len(gotBad), len(bad))
+	}
+	if n := len(svc.Sends()); n != 1 {
+		t.Fatalf("sends after first file: %d, want 1", n)
+	}
+	if r.Summary.Send == nil || r.Summary.Send.State != feed.SendSent || r.Summary.Send.Contacts != int64(len(good)) {
+		t.Fatalf("send in report: %+v", r.Summary.Send)
+	}
+
+	// The same file dropped again pushes nothing and sends nothing.
+	genCSV(t, filepath.Join(dir, "kontakty.csv"), 10000, true)
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	if n := len(svc.Sends()); n != 1 {
+		t.Fatalf("sends after re-drop: %d, want 1", n)
+	}
+	reps = report(t, dir, "done")
+	if len(reps) != 2 || reps[1].Summary.Pushed != 0 || reps[1].Summary.Skipped != int64(10000-len(bad)) {
+		t.Fatalf("re-drop report: %+v", reps[len(reps)-1].Summary)
+	}
+	// A fresh runner on the same ledger (a restart) also skips everything.
+	e2 := newEnv(t, svc, e.ledgerDir, 5*time.Second, csvFeed(dir))
+	genCSV(t, filepath.Join(dir, "again.csv"), 10000, true)
+	if err := e2.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	if got := metric(t, e.reg, "surveysync_feed_rows_total", "crm", "pushed"); got != float64(len(good)) {
+		t.Fatalf("rows_total{pushed} = %v, want %d", got, len(good))
+	}
+	if got := metric(t, e.reg, "surveysync_feed_files_total", "crm", "done"); got != 2 {
+		t.Fatalf("files_total{done} = %v", got)
+	}
+}
+
+// metric returns the value of the series of name whose label values are
+// values (in label order), or -1.
+func metric(t testing.TB, reg *prometheus.Registry, name string, values ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(values) {
+				continue
+			}
+			for i, l := range m.GetLabel() {
+				if l.GetValue() != values[i] {
+					continue next
+				}
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	return -1
+}
+
+func TestMalformedFileGoesToFailed(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir := t.TempDir()
+	e := newEnv(t, svc, t.TempDir(), 5*time.Second, csvFeed(dir))
+	os.WriteFile(filepath.Join(dir, "empty.csv"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "wrong.csv"), []byte("a,b,c\n1,2,3\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "ignored.xlsx"), []byte("PK"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".partial.csv"), []byte("ID\n"), 0o644)
+	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	reps := report(t, dir, "failed")
+	if len(reps) != 2 || reps[0].Error == "" || reps[1].Error == "" {
+		t.Fatalf("failed reports: %+v", reps)
+	}
+	for _, n := range []string{"ignored.xlsx", ".partial.csv"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s should stay untouched: %v", n, err)
+		}
+	}
+	if len(svc.Contacts(dist)) != 0 || len(svc.Sends()) != 0 {
+		t.Fatal("nothing should be pushed or sent")
+	}
+}
+
+func TestStormsLoseAndDuplicateNothing(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.FaultFor = func(n int64) feedtest.Fault {
+		switch {
+		case n%3 == 0:
+			return feedtest.TooMany
+		case n%5 == 0 || n%7 == 0:
+			return feedtest.Unavailable
+		}
+		return feedtest.None
+	}
+	dir := t.TempDir()
+	o := csvFeed(dir)
+	o.Concurrency = 16
+	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o)
+	good, _ := genCSV(t, filepath.Join(dir, "storm.csv"), 2000, false)
+	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	r := report(t, dir, "done")[0]
+	if r.Summary.Pushed != int64(len(good)) || r.Summary.Failed+r.Summary.Uncertain != 0 {
+		t.Fatalf("summary %+v", r.Summary)
+	}
+	if len(svc.Sends()) != 1 {
+		t.Fatalf("sends: %d", len(svc.Sends()))
+	}
+	if svc.Calls() < int64(len(good))*3/2 {
+		t.Fatalf("only %d calls: the storm did not happen", svc.Calls())
+	}
+}
+
+func TestRejectsAndUncertainAndResolve(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.Reject = func(c survey.Contact) string {
+		if strings.HasPrefix(c.Email, "kontakt13@") {
+			return "Invalid e-mail domain"
+		}
+		return ""
+	}
+	svc.FaultFor = func(n int64) feedtest.Fault {
+		if n == 5 {
+			return feedtest.Hang
+		}
+		return feedtest.None
+	}
+	dir := t.TempDir()
+	ledgerDir := t.TempDir()
+	o := csvFeed(dir)
+	o.Concurrency = 1 // call n == row n
+	e := newEnv(t, svc, ledgerDir, 300*time.Millisecond, o)
+	genCSV(t, filepath.Join(dir, "a.csv"), 20, false)
+	ctx := context.Background()
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	r := report(t, dir, "done")[0]
+	if r.Summary.Pushed != 18 || r.Summary.Failed != 1 || r.Summary.Uncertain != 1 {
+		t.Fatalf("summary %+v", r.Summary)
+	}
+	var uncertainKey string
+	for _, p := range r.Problems {
+		switch p.Outcome {
+		case feed.OutcomeFailed:
+			if p.Line != 14 || !strings.Contains(p.Reason, "Invalid e-mail domain") {
+				t.Errorf("failed row %+v", p)
+			}
+		case feed.OutcomeUncertain:
+			uncertainKey = p.Key
+			if p.Line != 6 || !strings.Contains(p.Reason, "outcome unknown") {
+				t.Errorf("uncertain row %+v", p)
+			}
+		}
+	}
+	unc, err := e.runner.Uncertain(ctx, "crm")
+	if err != nil || len(unc) != 1 || unc[0].Key != uncertainKey || unc[0].Line != 6 || !strings.HasSuffix(unc[0].File, "a.csv") {
+		t.Fatalf("Uncertain: %+v %v", unc, err)
+	}
+	if got := metric(t, e.reg, "surveysync_feed_uncertain_rows", "crm"); got != 1 {
+		t.Fatalf("uncertain gauge %v", got)
+	}
+
+	// Dropped again: the rejected row is tried again (and rejected again),
+	// the uncertain one is held, the others skipped.
+	svc.Reject = nil
+	genCSV(t, filepath.Join(dir, "b.csv"), 20, false)
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	r = report(t, dir, "done")[1]
+	if r.Summary.Pushed != 1 || r.Summary.Skipped != 18 || r.Summary.Uncertain != 1 {
+		t.Fatalf("second summary %+v", r.Summary)
+	}
+	// The operator checked: the hung contact does exist. Resolve it.
+	if err := e.runner.Resolve(ctx, "crm", []string{uncertainKey}, feed.ResolvePushed); err != nil {
+		t.Fatal(err)
+	}
+	genCSV(t, filepath.Join(dir, "c.csv"), 20, false)
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	r = report(t, dir, "done")[2]
+	if r.Summary.Skipped != 20 {
+		t.Fatalf("third summary %+v", r.Summary)
+	}
+	got := pushedIDs(t, svc)
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s created %d times", id, n)
+		}
+	}
+	if len(got) != 20 {
+		t.Fatalf("%d distinct contacts, want 20", len(got))
+	}
+	if unc, _ := e.runner.Uncertain(ctx, "crm"); len(unc) != 0 {
+		t.Fatalf("still uncertain: %+v", unc)
+	}
+	// Two batches pushed something: two sends; the third pushed nothing.
+	if n := len(svc.Sends()); n != 2 {
+		t.Fatalf("sends %d, want 2", n)
+	}
+}
+
+func TestHTTPFeed(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	o := feed.Options{Name: "web", Type: feed.TypeHTTP, DistributionID: dist, Channel: feed.ChannelCATI,
+		Mapping:   map[string]string{"phone": "tel", "first_name": "name", "user_field1": "id", "import_number": "batch"},
+		DedupeKey: "id", HTTP: feed.HTTPOptions{Path: "/feeds/web", Token: "s3cret"},
+		Send: feed.SendOptions{MessageID: 3, Schedule: feed.Schedule{Policy: feed.PolicyDelay, Delay: time.Hour}}}
+	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o)
+	srv := httptest.NewServer(e.runner.Handler())
+	defer srv.Close()
+	post := func(token, body string) (int, feed.HTTPResponse) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/feeds/web", strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out feed.HTTPResponse
+		json.NewDecoder(res.Body).Decode(&out)
+		return res.StatusCode, out
+	}
+	body := `[{"id": "1", "tel": "+420 777 000 001", "name": "Jan", "batch": 7},
+	          {"id": 2, "tel": "777000002", "batch": "x"},
+	          {"id": "3", "name": "Bez telefonu"},
+	          {"id": "4", "tel": "777000004", "extra": {"nested": true}},
+	          {"id": "5", "tel": "777000005"},
+	          {"id": "1", "tel": "+420 777 000 001"}]`
+	if code, _ := post("", body); code != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", code)
+	}
+	if code, _ := post("wrong", body); code != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", code)
+	}
+	if code, _ := post("s3cret", `{"id": 1}`); code != http.StatusBadRequest {
+		t.Fatalf("object body: %d", code)
+	}
+	code, res := post("s3cret", body)
+	if code != 200 || len(res.Rows) != 6 {
+		t.Fatalf("%d %+v", code, res)
+	}
+	want := []string{"pushed", "invalid", "invalid", "invalid", "pushed", "skipped"}
+	for i, r := range res.Rows {
+		if r.Line != int64(i+1) || r.Outcome != want[i] {
+			t.Errorf("row %d: %+v, want %s", i+1, r, want[i])
+		}
+	}
+	if res.Rows[0].ContactID == 0 || !strings.HasPrefix(res.Rows[0].SurveyURL, "https://") {
+		t.Errorf("row 1 lacks contact id/url: %+v", res.Rows[0])
+	}
+	if res.Rows[1].Field != "import_number" || res.Rows[2].Field != "phone" || res.Rows[3].Field != "extra" {
+		t.Errorf("fields: %q %q %q", res.Rows[1].Field, res.Rows[2].Field, res.Rows[3].Field)
+	}
+	if res.Send == nil || res.Send.ScheduledDate == nil || time.Until(*res.Send.ScheduledDate) < 50*time.Minute {
+		t.Fatalf("send: %+v", res.Send)
+	}
+	// Posted again: all skipped, no second send.
+	_, res = post("s3cret", body)
+	if res.Pushed != 0 || res.Skipped != 3 || res.Send != nil {
+		t.Fatalf("again: %+v", res.Summary)
+	}
+	sends := svc.Sends()
+	if len(sends) != 1 || sends[0].MessageID != 3 || sends[0].ScheduledDate == nil {
+		t.Fatalf("sends: %+v", sends)
+	}
+	if n := len(svc.Contacts(dist)); n != 2 {
+		t.Fatalf("%d contacts", n)
+	}
+}
+
+func TestDryRunAndJSONL(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir := t.TempDir()
+	o := csvFeed(dir)
+	o.Mapping = map[string]string{"email": "email", "first_name": "first", "last_name": "last", "user_field1": "ID"}
+	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o)
+	os.WriteFile(filepath.Join(dir, "x.jsonl"), []byte(
+		`{"ID": "a1", "email": "a1@example.cz", "first": "Adam", "last": "Novák"}
+{"ID": "a2", "email": "not-an-email", "first": "Eva", "last": "Nová"}
+this is not json
+
+{"ID": "a1", "email": "a1@example.cz", "first": "Adam", "last": "Novák"}
+{"ID": "a3", "email": "a3@example.cz", "first": "Petr"}
+`), 0o644)
+	var out bytes.Buffer
+	if err := e.runner.DryRun(context.Background(), "crm", &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"x.jsonl:1\tpush\tkey=a1", "field=email", "x.jsonl:3\treject",
+		"x.jsonl:5\tskip\tkey=a1", "x.jsonl:6\treject", "field=last_name", "would push 1, skip 1", "reject 3", "would send message 9"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, s)
+		}
+	}
+	if len(svc.Contacts(dist)) != 0 || svc.Calls() != 0 {
+		t.Fatal("dry run called the API")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.jsonl")); err != nil {
+		t.Fatal("dry run claimed the file")
+	}
+	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	r := report(t, dir, "done")[0]
+	if r.Summary.Pushed != 1 || r.Summary.Invalid != 3 || r.Summary.Skipped != 1 {
+		t.Fatalf("%+v", r.Summary)
+	}
+	if err := e.runner.DryRun(context.Background(), "nope", &out); err == nil {
+		t.Fatal("unknown feed accepted")
+	}
+}
+
+func TestRunPollsAndStops(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir := t.TempDir()
+	o := csvFeed(dir)
+	o.Interval = 20 * time.Millisecond
+	h := feed.Options{Name: "web", Type: feed.TypeHTTP, DistributionID: dist, Mapping: map[string]string{"email": "e"},
+		HTTP: feed.HTTPOptions{Path: "/p", Token: "t", Listen: "127.0.0.1:0"}}
+	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.runner.Run(ctx) }()
+	good, _ := genCSV(t, filepath.Join(dir, ".tmp-upload"), 300, false)
+	os.Rename(filepath.Join(dir, ".tmp-upload"), filepath.Join(dir, "late.csv"))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(report(t, dir, "done")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+}
