@@ -68,6 +68,8 @@ type Builder struct {
 	bytes       int
 	// sizes of the last flushed batch, used to reserve capacity
 	lastResp, lastAns int
+	strs              []*array.StringBuilder // every string builder
+	lastData          []int                  // their data bytes at the last Flush
 
 	token hash.Hash
 	buf   [8]byte
@@ -119,6 +121,13 @@ func NewBuilder(mem memory.Allocator) *Builder {
 	}
 	b.r.urlName = b.r.urlNames.ValueBuilder().(*array.StringBuilder)
 	b.r.urlValue = b.r.urlValues.ValueBuilder().(*array.StringBuilder)
+	b.strs = []*array.StringBuilder{b.r.urlName, b.r.urlValue}
+	for _, f := range append(b.resp.Fields(), b.ans.Fields()...) {
+		if sb, ok := f.(*array.StringBuilder); ok {
+			b.strs = append(b.strs, sb)
+		}
+	}
+	b.lastData = make([]int, len(b.strs))
 	af := fieldsByName(b.ans)
 	b.a = ansCols{
 		responseID:  af["response_id"].(*array.StringBuilder),
@@ -323,8 +332,9 @@ func (b *Builder) appendResponse(it Item, id string, deleted bool) {
 func (b *Builder) appendAnswers(it Item, id string, n int) {
 	c := &b.a
 	r := it.Response
-	// Element reservations grow by powers of two; data buffers grow on
-	// their own (ReserveData would resize to the exact size every call).
+	// Reserve the n rows, so that fixed-width columns can use UnsafeAppend
+	// below. Element reservations grow by powers of two; string data buffers
+	// grow on their own (ReserveData would resize to the exact size).
 	for _, x := range []array.Builder{
 		c.responseID, c.qType, c.title, c.variable, c.rowLabel, c.colLabel, c.choiceLabel, c.text, c.status,
 		c.surveyID, c.pageID, c.questionID, c.rowID, c.colID, c.choiceID, c.otherID, c.value,
@@ -345,22 +355,22 @@ func (b *Builder) appendAnswers(it Item, id string, n int) {
 			for ai := range q.Answers {
 				a := &q.Answers[ai]
 				appendString(c.responseID, id)
-				c.surveyID.Append(it.SurveyID)
-				c.pageID.Append(p.ID)
-				c.pageIdx.Append(uint16(pi))
-				c.questionID.Append(q.ID)
-				c.questionIdx.Append(uint16(qi))
+				c.surveyID.UnsafeAppend(it.SurveyID)
+				c.pageID.UnsafeAppend(p.ID)
+				c.pageIdx.UnsafeAppend(uint16(pi))
+				c.questionID.UnsafeAppend(q.ID)
+				c.questionIdx.UnsafeAppend(uint16(qi))
 				appendString(c.qType, q.Type)
 				appendString(c.title, q.Title)
 				appendString(c.variable, q.Variable)
-				c.answerIdx.Append(uint16(ai))
-				appendOptFlex(c.rowID, a.RowID)
+				c.answerIdx.UnsafeAppend(uint16(ai))
+				unsafeAppendOptFlex(c.rowID, a.RowID)
 				strBytes += appendOptString(c.rowLabel, a.RowLabel)
-				appendOptFlex(c.colID, a.ColumnID)
+				unsafeAppendOptFlex(c.colID, a.ColumnID)
 				strBytes += appendOptString(c.colLabel, a.ColumnLabel)
-				appendOptFlex(c.choiceID, a.ChoiceID)
+				unsafeAppendOptFlex(c.choiceID, a.ChoiceID)
 				strBytes += appendOptString(c.choiceLabel, a.ChoiceLabel)
-				appendOptFlex(c.otherID, a.OtherID)
+				unsafeAppendOptFlex(c.otherID, a.OtherID)
 				switch {
 				case a.Text != nil:
 					strBytes += appendOptString(c.text, a.Text)
@@ -370,14 +380,14 @@ func (b *Builder) appendAnswers(it Item, id string, n int) {
 				default:
 					appendString(c.text, "")
 				}
-				appendOptFlex(c.value, a.Value)
+				unsafeAppendOptFlex(c.value, a.Value)
 				appendString(c.status, r.ResponseStatus)
 				if hasCompleted {
-					c.completed.Append(completed)
+					c.completed.UnsafeAppend(completed)
 				} else {
-					c.completed.AppendNull()
+					c.completed.UnsafeAppendBoolToBitmap(false)
 				}
-				c.version.Append(it.Version)
+				c.version.UnsafeAppend(it.Version)
 				strBytes += len(q.Type) + len(q.Title) + len(q.Variable)
 			}
 		}
@@ -416,6 +426,15 @@ func appendOptFlex(ib *array.Int64Builder, v *survey.FlexInt) {
 	ib.Append(int64(*v))
 }
 
+// unsafeAppendOptFlex is appendOptFlex on a builder with reserved room.
+func unsafeAppendOptFlex(ib *array.Int64Builder, v *survey.FlexInt) {
+	if v == nil {
+		ib.UnsafeAppendBoolToBitmap(false)
+		return
+	}
+	ib.UnsafeAppend(int64(*v))
+}
+
 func appendOptTime(tb *array.TimestampBuilder, t *survey.Time) {
 	if t == nil || t.IsZero() {
 		tb.AppendNull()
@@ -437,6 +456,9 @@ func ts(t time.Time) arrow.Timestamp {
 // with zero rows) and resets the builder. The caller owns the batch.
 // Token is a hash of the (response_id, _version) pairs in the order added.
 func (b *Builder) Flush() *Batch {
+	for i, sb := range b.strs {
+		b.lastData[i] = sb.DataLen()
+	}
 	batch := &Batch{
 		Responses: b.resp.NewRecord(),
 		Answers:   b.ans.NewRecord(),
@@ -458,7 +480,11 @@ func (b *Builder) reserve() {
 	}
 	if b.lastAns > 0 {
 		b.ans.Reserve(b.lastAns)
-		b.a.responseID.ReserveData(b.lastAns * len(b.idbuf))
+	}
+	for i, sb := range b.strs {
+		if n := b.lastData[i]; n > 0 {
+			sb.ReserveData(n)
+		}
 	}
 }
 
