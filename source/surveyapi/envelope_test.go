@@ -147,15 +147,21 @@ func TestEnvelopeVariantsSendAndCreate(t *testing.T) {
 func TestMalformedBodies(t *testing.T) {
 	type call func(c *Client) error
 	get := func(c *Client) error { _, err := c.GetResponse(context.Background(), 4574, testRID); return err }
-	list := func(c *Client) error { _, err := c.ListResponses(context.Background(), 4574, survey.ListQuery{}); return err }
+	list := func(c *Client) error {
+		_, err := c.ListResponses(context.Background(), 4574, survey.ListQuery{})
+		return err
+	}
 	create := func(c *Client) error {
 		_, err := c.CreateContact(context.Background(), 7, survey.Contact{Email: "a@b.cz"})
 		return err
 	}
-	send := func(c *Client) error { _, err := c.SendMessage(context.Background(), 7, 9, survey.SendRequest{}); return err }
+	send := func(c *Client) error {
+		_, err := c.SendMessage(context.Background(), 7, 9, survey.SendRequest{})
+		return err
+	}
 	cases := []struct {
 		name, ctype, body, reqID, op, text string
-		call                                call
+		call                               call
 	}{
 		{"plain text", "text/plain", "Internal Server Error", "", OpGetResponse, "not JSON", get},
 		{"html page", "text/html", "<!DOCTYPE html><html><head><title>Maintenance</title></head><body>Back soon</body></html>", "", OpGetResponse, "<!DOCTYPE html>", get},
