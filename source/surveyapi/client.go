@@ -272,7 +272,7 @@ func (c *Client) do(ctx context.Context, rq *request, decode decodeFunc) (*http.
 			reqID, derr := decode(res.status, res.requestID, res.body.Bytes(), res.contentType)
 			putBuf(res.body)
 			res.body = nil
-			res.requestID = reqID
+			res.requestID = c.redact(reqID)
 			if derr != nil {
 				res.outcome, res.err, res.retry = OutcomeMalformed, c.scrub(derr), false
 			}
@@ -400,7 +400,7 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 	}
 	res.status = resp.StatusCode
 	res.contentType = resp.Header.Get("Content-Type")
-	res.requestID = resp.Header.Get("X-Request-Id")
+	res.requestID = c.redact(resp.Header.Get("X-Request-Id"))
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
 
 	if ok && rq.stream {
@@ -444,8 +444,8 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 	if reqID == "" {
 		reqID = res.requestID
 	}
-	res.requestID = reqID
-	ae := &APIError{Op: rq.op, Status: resp.StatusCode, RequestID: reqID, Message: c.redact(msg)}
+	res.requestID = c.redact(reqID)
+	ae := &APIError{Op: rq.op, Status: resp.StatusCode, RequestID: res.requestID, Message: c.redact(msg)}
 	res.err = ae
 	switch s := resp.StatusCode; {
 	case s == http.StatusBadRequest, s == http.StatusMethodNotAllowed:
@@ -658,11 +658,11 @@ func (c *Client) redact(s string) string {
 func (c *Client) scrub(err error) error {
 	var ce *callError
 	if errors.As(err, &ce) {
-		ce.msg = c.redact(ce.msg)
+		ce.msg, ce.requestID = c.redact(ce.msg), c.redact(ce.requestID)
 	}
 	var ae *APIError
 	if errors.As(err, &ae) {
-		ae.Message = c.redact(ae.Message)
+		ae.Message, ae.RequestID = c.redact(ae.Message), c.redact(ae.RequestID)
 	}
 	return err
 }
