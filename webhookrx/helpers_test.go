@@ -147,7 +147,7 @@ func start(t testing.TB, o Options, p Processor, log EventLog) *running {
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(ctx) }()
 	deadline := time.Now().Add(5 * time.Second)
-	for r.Addr() == "" || r.Ready() != nil {
+	for (o.Listen != "" && r.Addr() == "") || r.Ready() != nil {
 		select {
 		case err := <-errc:
 			cancel()
@@ -178,7 +178,11 @@ func start(t testing.TB, o Options, p Processor, log EventLog) *running {
 			t.Errorf("stop: %v", err)
 		}
 	})
-	return &running{r: r, reg: reg, url: "http://" + r.Addr() + o.Path, stop: stop}
+	rx := &running{r: r, reg: reg, stop: stop}
+	if o.Listen != "" {
+		rx.url = "http://" + r.Addr() + o.Path
+	}
+	return rx
 }
 
 var client = &http.Client{Timeout: 30 * time.Second}
