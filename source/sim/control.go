@@ -3,8 +3,8 @@ package sim
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
