@@ -104,6 +104,10 @@ type ClickHouse struct {
 	DialTimeout time.Duration `koanf:"dial_timeout"`
 }
 
+// Enabled reports whether a ClickHouse is configured (else the Parquet sink
+// is used).
+func (ch ClickHouse) Enabled() bool { return len(ch.Addr) > 0 }
+
 // Parquet is the file sink used when no ClickHouse is configured.
 type Parquet struct {
 	Dir string `koanf:"dir"`

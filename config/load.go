@@ -143,7 +143,11 @@ var (
 	byteSizeType = reflect.TypeOf(ByteSize(0))
 	timeType     = reflect.TypeOf(time.Time{})
 	secretType   = reflect.TypeOf(Secret(""))
+	pathType     = reflect.TypeOf(SecretPath(""))
 )
+
+// isSecret reports whether values of t must never appear in a message.
+func isSecret(t reflect.Type) bool { return t == secretType || t == pathType }
 
 func decodeHook(from, to reflect.Type, data any) (any, error) {
 	s, isString := data.(string)
@@ -423,7 +427,7 @@ func fromString(t reflect.Type, s string) (any, error) {
 // hideIfSecret replaces an error about a secret's value with one that does
 // not quote it.
 func hideIfSecret(t reflect.Type, err error) error {
-	if t == secretType {
+	if isSecret(t) {
 		return errors.New("invalid value (hidden)")
 	}
 	return err
@@ -436,7 +440,7 @@ func checkValue(v any, t reflect.Type, path, origin string) []error {
 		return nil // an empty value means the zero value
 	}
 	bad := func(want string) []error {
-		return []error{fmt.Errorf("%s in %s: want %s, got %s", path, origin, want, describe(v, t == secretType))}
+		return []error{fmt.Errorf("%s in %s: want %s, got %s", path, origin, want, describe(v, isSecret(t)))}
 	}
 	switch t {
 	case durationType:

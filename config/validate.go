@@ -341,6 +341,8 @@ func (c *Config) validateFeeds(p *problems) {
 			if len(c.ClickHouse.Addr) == 0 {
 				p.add(at("type"), "clickhouse_query needs clickhouse.addr")
 			}
+		case "":
+			p.add(at("type"), "is required: one of %s", strings.Join(FeedTypes, ", "))
 		default:
 			p.add(at("type"), "must be one of %s (got %q)", strings.Join(FeedTypes, ", "), f.Type)
 		}
