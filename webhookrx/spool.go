@@ -1,7 +1,6 @@
 package webhookrx
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -442,26 +441,21 @@ type doneIndex struct {
 
 func openDoneIndex(dir string, maxIDs int, dirf *os.File) (*doneIndex, error) {
 	d := &doneIndex{path: filepath.Join(dir, doneName), dirf: dirf, max: maxIDs, ids: map[string]uint64{}}
-	f, err := os.Open(d.path)
+	data, err := os.ReadFile(d.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return nil, fmt.Errorf("webhookrx: spool: %w", err)
+		return nil, fmt.Errorf("webhookrx: spool: read %s: %w", doneName, err)
 	default:
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 4096), 1<<20)
-		for sc.Scan() {
-			seqStr, id, ok := strings.Cut(sc.Text(), " ")
+		lines := strings.Split(string(data), "\n")
+		// The last element follows the last newline: empty, or a torn line.
+		for _, line := range lines[:len(lines)-1] {
+			seqStr, id, ok := strings.Cut(line, " ")
 			seq, perr := strconv.ParseUint(seqStr, 10, 64)
 			if !ok || perr != nil || !validID(id) {
-				continue // a torn last line
+				continue
 			}
 			d.insert(doneMark{seq: seq, id: id})
-		}
-		err := sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("webhookrx: spool: read %s: %w", doneName, err)
 		}
 	}
 	// Rewrite at every start: drops a torn tail and old entries.

@@ -1,0 +1,224 @@
+package webhookrx
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func openTestSpool(t *testing.T, dir string, segBytes int64, dedupe int) (*spool, []Event) {
+	t.Helper()
+	sp, evs, err := openSpool(dir, segBytes, dedupe, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp, evs
+}
+
+func appendN(t *testing.T, sp *spool, from, n int) []Event {
+	t.Helper()
+	var out []Event
+	for i := from; i < from+n; i++ {
+		body := []byte(responseBody(i))
+		ev := &Event{ID: bodyID(body), ReceivedAt: time.Unix(1700000000, int64(i)).UTC(), Body: body}
+		res, err := sp.append([]*Event{ev}, 1<<20, 1<<30)
+		if err != nil || res[0] != resAccepted {
+			t.Fatalf("append %d: %v %v", i, res, err)
+		}
+		out = append(out, *ev)
+	}
+	return out
+}
+
+func marks(evs []Event) []doneMark {
+	var m []doneMark
+	for _, ev := range evs {
+		m = append(m, doneMark{seq: ev.Seq, id: ev.ID})
+	}
+	return m
+}
+
+// A torn record at the end of a segment (a crash mid-write, never
+// acknowledged) is ignored; everything before it is replayed.
+func TestSpoolIgnoresTornTail(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1<<20, 100)
+	sent := appendN(t, sp, 0, 3)
+	seg := filepath.Join(dir, sp.active.name)
+	sp.close()
+
+	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0, 0, 1, 0, 0xde, 0xad, 0xbe, 0xef, '{', '"'}) // a record header claiming 256 bytes, then 2
+	f.Close()
+
+	sp, evs := openTestSpool(t, dir, 1<<20, 100)
+	if len(evs) != 3 {
+		t.Fatalf("replayed %d events, want 3", len(evs))
+	}
+	for i, ev := range evs {
+		if ev.ID != sent[i].ID || ev.Seq != sent[i].Seq || !ev.ReceivedAt.Equal(sent[i].ReceivedAt) || string(ev.Body) != string(sent[i].Body) {
+			t.Errorf("event %d replayed as %+v, want %+v", i, ev, sent[i])
+		}
+		if ev.Kind() != KindResponseReceived || ev.Parsed.ResponseID == "" {
+			t.Errorf("event %d not re-parsed: %+v", i, ev.Parsed)
+		}
+	}
+	// New events go to a new segment, never after the torn tail.
+	more := appendN(t, sp, 3, 2)
+	if more[0].Seq != sent[2].Seq+1 {
+		t.Errorf("seq after replay = %d, want %d", more[0].Seq, sent[2].Seq+1)
+	}
+	sp.close()
+	sp, evs = openTestSpool(t, dir, 1<<20, 100)
+	defer sp.close()
+	if len(evs) != 5 {
+		t.Fatalf("second replay: %d events, want 5", len(evs))
+	}
+}
+
+// A corrupt record in the middle of a segment ends that segment; later
+// segments are still replayed.
+func TestSpoolCorruptRecordEndsSegment(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1, 100) // one batch per segment
+	appendN(t, sp, 0, 3)
+	if len(sp.segs) != 3 {
+		t.Fatalf("%d segments, want 3", len(sp.segs))
+	}
+	second := filepath.Join(dir, sp.segs[1].name)
+	sp.close()
+	data, _ := os.ReadFile(second)
+	data[len(data)-1] ^= 0xff
+	os.WriteFile(second, data, 0o600)
+	sp, evs := openTestSpool(t, dir, 1, 100)
+	defer sp.close()
+	if len(evs) != 2 || evs[0].Seq != 1 || evs[1].Seq != 3 {
+		t.Fatalf("replayed %+v, want seqs 1 and 3", evs)
+	}
+}
+
+// Segments rotate at SegmentBytes and are deleted once all their events are
+// done; the spool's counters follow.
+func TestSpoolSegmentsRotateAndAreDeleted(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1000, 100)
+	evs := appendN(t, sp, 0, 20)
+	nseg := len(walFiles(t, dir))
+	if nseg < 4 {
+		t.Fatalf("%d segment files for 20 events of ~300 bytes at 1000 bytes each", nseg)
+	}
+	if sp.events() != 20 || sp.bytes == 0 {
+		t.Fatalf("events %d bytes %d", sp.events(), sp.bytes)
+	}
+	if !sp.oldest().Equal(evs[0].ReceivedAt) {
+		t.Errorf("oldest = %v", sp.oldest())
+	}
+	// Done out of order: the first half except event 0.
+	if err := sp.markDone(marks(evs[1:10])); err != nil {
+		t.Fatal(err)
+	}
+	if !sp.oldest().Equal(evs[0].ReceivedAt) {
+		t.Errorf("oldest after partial done = %v", sp.oldest())
+	}
+	if err := sp.markDone(marks(evs[:1])); err != nil {
+		t.Fatal(err)
+	}
+	if !sp.oldest().Equal(evs[10].ReceivedAt) {
+		t.Errorf("oldest = %v, want event 10's", sp.oldest())
+	}
+	if got := len(walFiles(t, dir)); got >= nseg {
+		t.Errorf("segments %d → %d: done ones not deleted", nseg, got)
+	}
+	sp.close()
+	sp, replay := openTestSpool(t, dir, 1000, 100)
+	if len(replay) != 10 || replay[0].ID != evs[10].ID {
+		t.Fatalf("replayed %d, first %v", len(replay), replay[0].Seq)
+	}
+	if err := sp.markDone(marks(replay)); err != nil {
+		t.Fatal(err)
+	}
+	if got := walFiles(t, dir); len(got) != 0 {
+		t.Errorf("segments left after all done: %v", got)
+	}
+	if sp.events() != 0 || sp.bytes != 0 || !sp.oldest().IsZero() {
+		t.Errorf("empty spool: events %d bytes %d oldest %v", sp.events(), sp.bytes, sp.oldest())
+	}
+	sp.close()
+	// Empty spool: the next sequence still comes after the last one.
+	sp, _ = openTestSpool(t, dir, 1000, 100)
+	defer sp.close()
+	if sp.nextSeq != 21 {
+		t.Errorf("nextSeq after restart with an empty spool = %d, want 21", sp.nextSeq)
+	}
+}
+
+// done.log keeps the last DedupeIDs ids across restarts and is compacted.
+func TestDoneIndexWindowAndCompaction(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1<<20, 10)
+	var all []Event
+	for i := 0; i < 1200; i += 100 {
+		evs := appendN(t, sp, i, 100)
+		if err := sp.markDone(marks(evs)); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, evs...)
+	}
+	if sp.done.lines > 2*10+1024 {
+		t.Errorf("done.log has %d lines: not compacted", sp.done.lines)
+	}
+	if sp.contains(all[0].ID) || !sp.contains(all[1199].ID) || !sp.contains(all[1190].ID) || sp.contains(all[1189].ID) {
+		t.Error("window is not the last 10 ids")
+	}
+	sp.close()
+	sp, _ = openTestSpool(t, dir, 1<<20, 10)
+	defer sp.close()
+	if !sp.contains(all[1199].ID) || !sp.contains(all[1190].ID) || sp.contains(all[1189].ID) {
+		t.Error("window not restored from done.log")
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, doneName))
+	if n := strings.Count(string(data), "\n"); n != 10 {
+		t.Errorf("done.log has %d lines after a restart, want 10", n)
+	}
+	if sp.nextSeq != 1201 {
+		t.Errorf("nextSeq = %d", sp.nextSeq)
+	}
+}
+
+// A torn last line of done.log is dropped at start.
+func TestDoneIndexTornLine(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, doneName), []byte("1 abc\n2 def\n3 gh"), 0o600)
+	sp, _ := openTestSpool(t, dir, 1<<20, 100)
+	defer sp.close()
+	if !sp.contains("abc") || !sp.contains("def") || sp.contains("gh") {
+		t.Error("good lines lost or the torn one kept")
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, doneName))
+	if string(data) != "1 abc\n2 def\n" {
+		t.Errorf("done.log after start = %q", data)
+	}
+}
+
+func TestSpoolDuplicatesInOneBatchAndCaps(t *testing.T) {
+	sp, _ := openTestSpool(t, t.TempDir(), 1<<20, 100)
+	defer sp.close()
+	mk := func(i int) *Event {
+		b := []byte(responseBody(i))
+		return &Event{ID: bodyID(b), Body: b, ReceivedAt: time.Now()}
+	}
+	res, err := sp.append([]*Event{mk(1), mk(1), mk(2), mk(3)}, 2, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []appendResult{resAccepted, resDuplicate, resAccepted, resFull}
+	if fmt.Sprint(res) != fmt.Sprint(want) {
+		t.Errorf("results %v, want %v", res, want)
+	}
+}
