@@ -528,3 +528,100 @@ var (
 	_ pipeline.StateStore  = (*Sink)(nil)
 	_ pipeline.SurveyStore = (*Sink)(nil)
 )
+
+// BenchmarkWrite measures flatten + Write of batches of 5,000 responses of
+// 45 answer cells each, all completed on one day of one survey (the common
+// backfill shape), with zstd.
+func BenchmarkWrite(b *testing.B) {
+	const perBatch = 5000
+	dir := b.TempDir()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	items := benchItems(perBatch)
+	bld := flatten.NewBuilder(memory.DefaultAllocator)
+	defer bld.Release()
+	ctx := context.Background()
+	var answers int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range items {
+			items[j].Version = uint64(i*perBatch + j + 1)
+			if err := bld.Add(items[j]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		batch := bld.Flush()
+		if err := s.Write(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		_, a := batch.Rows()
+		answers += a
+		batch.Release()
+	}
+	b.StopTimer()
+	sec := b.Elapsed().Seconds()
+	b.ReportMetric(float64(b.N*perBatch)/sec, "responses/s")
+	b.ReportMetric(float64(answers)/sec, "answers/s")
+	var size int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	b.ReportMetric(float64(size)/float64(b.N*perBatch), "file-bytes/response")
+}
+
+func benchItems(n int) []flatten.Item {
+	done := survey.TimeOf(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	out := make([]flatten.Item, n)
+	for i := range out {
+		r := &survey.Response{
+			ResponseID:     survey.GUID(fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)),
+			SurveyID:       4574,
+			SurveyName:     "Spokojenost zákazníků 2026",
+			IPAddress:      fmt.Sprintf("192.0.2.%d", i%256),
+			DateCreated:    survey.Time{Time: done.Add(-time.Duration(i) * time.Second)},
+			DateCompleted:  survey.TimeOf(done.Add(time.Duration(i) * time.Second)),
+			TotalTime:      survey.Int(int64(600 + i%300)),
+			ResponseStatus: survey.StatusCompleted,
+			URLParameters:  []survey.URLParameter{{Name: "utm_source", Value: "newsletter"}},
+		}
+		for p := 0; p < 5; p++ {
+			page := survey.Page{ID: int64(100 + p)}
+			for q := 0; q < 6; q++ {
+				qq := survey.Question{ID: int64(1000 + p*10 + q), Title: "Jak jste spokojeni s naší službou?", Variable: fmt.Sprintf("q%d_%d", p, q)}
+				switch q {
+				case 0, 1:
+					qq.Type = "single"
+					qq.Answers = []survey.Answer{{ChoiceID: survey.Int(int64(i % 5)), ChoiceLabel: survey.Str("Spokojen"), Value: survey.Int(int64(i % 5))}}
+				case 2:
+					qq.Type = "multiple"
+					for c := 0; c < 3; c++ {
+						qq.Answers = append(qq.Answers, survey.Answer{ChoiceID: survey.Int(int64(c)), ChoiceLabel: survey.Str("Možnost"), Value: survey.Int(int64(c))})
+					}
+				case 3:
+					qq.Type = "matrix"
+					for row := 0; row < 3; row++ {
+						qq.Answers = append(qq.Answers, survey.Answer{RowID: survey.Int(int64(row)), RowLabel: survey.Str("Cena"), ColumnID: survey.Int(int64((i + row) % 4)), ColumnLabel: survey.Str("Dobrá"), Value: survey.Int(2)})
+					}
+				case 4:
+					qq.Type = "essay"
+					qq.Answers = []survey.Answer{{Text: survey.Str(fmt.Sprintf("Příliš žluťoučký kůň úpěl ďábelské ódy %d.", i))}}
+				case 5:
+					qq.Type = "url_parameter"
+					qq.Answers = []survey.Answer{{Text: survey.Str("newsletter")}}
+				}
+				page.Questions = append(page.Questions, qq)
+			}
+			r.Pages = append(r.Pages, page)
+		}
+		out[i] = flatten.Item{Response: r, SurveyID: r.SurveyID, ResponseID: r.ResponseID, SyncedAt: done.Time}
+	}
+	return out
+}
