@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	yaml3 "go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix starts every environment variable that sets a configuration
@@ -90,8 +92,7 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
 		}
-		raw := fk.Raw()
-		errs = append(errs, checkValue(raw, configType, "", path)...)
+		errs = append(errs, checkValue(fk.Raw(), configType, "", fileLines(path))...)
 		for _, key := range fk.Keys() {
 			explicit[key] = true
 		}
@@ -120,6 +121,42 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// fileLines returns a function naming the file and line of a key path
+// ("surveysync.yaml:12"), or just the file when the line is unknown.
+func fileLines(path string) func(string) string {
+	lines := map[string]int{}
+	if b, err := os.ReadFile(path); err == nil {
+		var doc yaml3.Node
+		if yaml3.Unmarshal(b, &doc) == nil && len(doc.Content) == 1 {
+			indexLines(doc.Content[0], "", lines)
+		}
+	}
+	return func(key string) string {
+		if n, ok := lines[key]; ok {
+			return fmt.Sprintf("%s:%d", path, n)
+		}
+		return path
+	}
+}
+
+// indexLines records the line of every key under n, by key path.
+func indexLines(n *yaml3.Node, path string, lines map[string]int) {
+	switch n.Kind {
+	case yaml3.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := join(path, n.Content[i].Value)
+			lines[p] = n.Content[i].Line
+			indexLines(n.Content[i+1], p, lines)
+		}
+	case yaml3.SequenceNode:
+		for i, item := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			lines[p] = item.Line
+			indexLines(item, p, lines)
+		}
+	}
 }
 
 // decode turns the merged map into c. The map has been checked against the
@@ -434,8 +471,10 @@ func hideIfSecret(t reflect.Type, err error) error {
 }
 
 // checkValue checks a decoded YAML value v against type t: unknown keys,
-// wrong types. origin is where v came from (the file name).
-func checkValue(v any, t reflect.Type, path, origin string) []error {
+// wrong types. where names the place a key path came from
+// ("surveysync.yaml:12").
+func checkValue(v any, t reflect.Type, path string, where func(path string) string) []error {
+	origin := where(path)
 	if v == nil {
 		return nil // an empty value means the zero value
 	}
@@ -488,10 +527,10 @@ func checkValue(v any, t reflect.Type, path, origin string) []error {
 		for _, key := range sortedKeys(m) {
 			ft, ok := fieldByTag(t, key)
 			if !ok {
-				errs = append(errs, unknownKey(join(path, key), origin, suggestPath(path, key, t), false))
+				errs = append(errs, unknownKey(join(path, key), where(join(path, key)), suggestPath(path, key, t), false))
 				continue
 			}
-			errs = append(errs, checkValue(m[key], ft, join(path, key), origin)...)
+			errs = append(errs, checkValue(m[key], ft, join(path, key), where)...)
 		}
 		return errs
 	case reflect.Map:
@@ -501,7 +540,7 @@ func checkValue(v any, t reflect.Type, path, origin string) []error {
 		}
 		var errs []error
 		for _, key := range sortedKeys(m) {
-			errs = append(errs, checkValue(m[key], t.Elem(), join(path, key), origin)...)
+			errs = append(errs, checkValue(m[key], t.Elem(), join(path, key), where)...)
 		}
 		return errs
 	case reflect.Slice:
@@ -514,7 +553,7 @@ func checkValue(v any, t reflect.Type, path, origin string) []error {
 		}
 		var errs []error
 		for i, item := range l {
-			errs = append(errs, checkValue(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), origin)...)
+			errs = append(errs, checkValue(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), where)...)
 		}
 		return errs
 	case reflect.String:
