@@ -348,7 +348,7 @@ func setInList(k *koanf.Koanf, segs []string, val any) error {
 func resolveKey(segs []string, e entry) (reflect.Type, string, error) {
 	t := configType
 	path := ""
-	for i, seg := range segs {
+	for _, seg := range segs {
 		switch {
 		case t.Kind() == reflect.Struct && t != timeType:
 			ft, ok := fieldByTag(t, seg)
@@ -367,7 +367,6 @@ func resolveKey(segs []string, e entry) (reflect.Type, string, error) {
 		default:
 			return nil, "", fmt.Errorf("unknown key %q in %s: %s is a value, not a section", strings.Join(segs, "."), e.origin, path)
 		}
-		_ = i
 	}
 	if t.Kind() == reflect.Struct && t != timeType || isStructList(t) || t.Kind() == reflect.Map {
 		return nil, "", fmt.Errorf("%s in %s: %s is a section; set its keys one by one (e.g. %s)", path, e.origin, path, keyName(e.key+"."+firstTag(t), e.env))
@@ -382,14 +381,14 @@ func keyName(key string, env bool) string {
 	return key
 }
 
+// firstTag is an example of what may follow a section of type t in a key.
 func firstTag(t reflect.Type) string {
-	for t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
-		if t.Kind() == reflect.Slice {
-			return "0"
-		}
+	switch t.Kind() {
+	case reflect.Slice:
+		return "0"
+	case reflect.Map:
 		return "<name>"
-	}
-	if t.Kind() == reflect.Struct && t.NumField() > 0 {
+	case reflect.Struct:
 		return tagOf(t.Field(0))
 	}
 	return ""
@@ -526,6 +525,11 @@ func checkValue(v any, t reflect.Type, path string, where func(path string) stri
 		var errs []error
 		for _, key := range sortedKeys(m) {
 			ft, ok := fieldByTag(t, key)
+			if !ok && strings.Contains(key, ".") {
+				errs = append(errs, fmt.Errorf("unknown key %q in %s: write nested keys, not dotted ones (%s: {%s: …})",
+					join(path, key), where(join(path, key)), strings.SplitN(key, ".", 2)[0], strings.SplitN(key, ".", 2)[1]))
+				continue
+			}
 			if !ok {
 				errs = append(errs, unknownKey(join(path, key), where(join(path, key)), suggestPath(path, key, t), false))
 				continue
