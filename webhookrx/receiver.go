@@ -17,6 +17,12 @@ import (
 // maxCommitBatch bounds the events of one group commit.
 const maxCommitBatch = 512
 
+// Done marks are written to done.log in groups.
+const (
+	doneSyncInterval = 50 * time.Millisecond
+	doneSyncMax      = 1024
+)
+
 // Receiver receives, spools and processes webhooks. Build it with New, then
 // call Run once.
 type Receiver struct {
@@ -230,9 +236,12 @@ func (r *Receiver) Run(ctx context.Context) error {
 // write and one fdatasync for all requests waiting) and records done marks.
 func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 	defer sp.close()
+	// Done marks are synced in groups, every doneSyncInterval or doneSyncMax
+	// marks: a crash loses at most that window of marks, whose events are
+	// then processed again (idempotently) at the next start.
 	var marks []doneMark
-	retry := time.NewTicker(time.Second)
-	defer retry.Stop()
+	tick := time.NewTicker(doneSyncInterval)
+	defer tick.Stop()
 	flushMarks := func() {
 		if len(marks) == 0 {
 			return
@@ -270,9 +279,11 @@ func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 			r.commit(sp, batch)
 		case m := <-r.doneCh:
 			marks = append(marks, m...)
-			drainMarks()
-			flushMarks()
-		case <-retry.C:
+			if len(marks) >= doneSyncMax {
+				drainMarks()
+				flushMarks()
+			}
+		case <-tick.C:
 			flushMarks()
 		case <-stop:
 			drainMarks()
