@@ -147,6 +147,29 @@ type FaultStatus struct {
 	Fired int64 `json:"fired"`
 }
 
+// MarshalJSON renders the fault with its fired count.
+func (f FaultStatus) MarshalJSON() ([]byte, error) {
+	b, err := f.Fault.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	b = append(b[:len(b)-1], `,"fired":`...)
+	b = strconv.AppendInt(b, f.Fired, 10)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *FaultStatus) UnmarshalJSON(b []byte) error {
+	var n struct {
+		Fired int64 `json:"fired"`
+	}
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	f.Fired = n.Fired
+	return f.Fault.UnmarshalJSON(b)
+}
+
 type faultState struct {
 	f     Fault
 	left  int
