@@ -451,6 +451,26 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+func TestValidationNamesWhereAKeyWasSet(t *testing.T) {
+	fs := newFlags(t, "--set", "sync.poll_interval=100ms")
+	_, err := Load("testdata/good/minimal.yaml", []string{"SURVEYSYNC_API__BASE_URL=http://x/v2", "SURVEYSYNC_LOG__LEVEL=loud"}, fs)
+	for _, want := range []string{
+		`api.base_url must end in /v1 (got "http://x/v2") [environment variable SURVEYSYNC_API__BASE_URL]`,
+		`log.level must be one of debug, info, warn, error (got "loud") [environment variable SURVEYSYNC_LOG__LEVEL]`,
+		`sync.poll_interval must be at least 1s (got 100ms) [flag --set sync.poll_interval]`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in:\n%v", want, err)
+		}
+	}
+	// Validate on a Config built in code names no source.
+	c := Default()
+	c.Log.Format = "xml"
+	if err := c.Validate(); err == nil || err.Error() != `log.format must be text or json (got "xml")` {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
 func TestMissingFile(t *testing.T) {
 	_, err := Load("testdata/nope.yaml", nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "config file testdata/nope.yaml") {

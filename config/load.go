@@ -84,7 +84,10 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 	if err := k.Load(confmap.Provider(defaultsMap(), ""), nil); err != nil {
 		return nil, fmt.Errorf("config defaults: %w", err)
 	}
-	explicit := map[string]bool{}
+	// sources maps each key path set by a file, variable or flag to where
+	// it was set ("surveysync.yaml:12", "environment variable …"), for the
+	// messages and the demo rule.
+	sources := map[string]string{}
 	var errs []error
 
 	if path != "" {
@@ -92,9 +95,16 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
 		}
-		errs = append(errs, checkValue(fk.Raw(), configType, "", fileLines(path))...)
-		for _, key := range fk.Keys() {
-			explicit[key] = true
+		lines := fileLines(path)
+		where := func(key string) string {
+			if n, ok := lines[key]; ok {
+				return fmt.Sprintf("%s:%d", path, n)
+			}
+			return path
+		}
+		errs = append(errs, checkValue(fk.Raw(), configType, "", where)...)
+		for key := range lines {
+			sources[key] = where(key)
 		}
 		if err := k.Merge(fk); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
@@ -103,8 +113,8 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 
 	envs, envErrs := envEntries(env)
 	errs = append(errs, envErrs...)
-	errs = append(errs, applyEntries(k, envs, explicit)...)
-	errs = append(errs, applyEntries(k, flagEntries(fs), explicit)...)
+	errs = append(errs, applyEntries(k, envs, sources)...)
+	errs = append(errs, applyEntries(k, flagEntries(fs), sources)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -113,19 +123,24 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 	if err := decode(k, c); err != nil {
 		return nil, err
 	}
-	if path == "" && !c.API.Token.IsSet() && !explicit["api.base_url"] && !explicit["demo.emulator.enabled"] {
+	_, baseURLSet := sources["api.base_url"]
+	_, demoSet := sources["demo.emulator.enabled"]
+	if path == "" && !c.API.Token.IsSet() && !baseURLSet && !demoSet {
 		c.Demo.Emulator.Enabled = true
 	}
 	c.resolve()
-	if err := c.Validate(); err != nil {
-		return nil, err
+	if probs := c.problems(); len(probs) > 0 {
+		errs := make([]error, len(probs))
+		for i, p := range probs {
+			errs[i] = p.locate(sources)
+		}
+		return nil, errors.Join(errs...)
 	}
 	return c, nil
 }
 
-// fileLines returns a function naming the file and line of a key path
-// ("surveysync.yaml:12"), or just the file when the line is unknown.
-func fileLines(path string) func(string) string {
+// fileLines maps every key path of a YAML file to its line.
+func fileLines(path string) map[string]int {
 	lines := map[string]int{}
 	if b, err := os.ReadFile(path); err == nil {
 		var doc yaml3.Node
@@ -133,12 +148,7 @@ func fileLines(path string) func(string) string {
 			indexLines(doc.Content[0], "", lines)
 		}
 	}
-	return func(key string) string {
-		if n, ok := lines[key]; ok {
-			return fmt.Sprintf("%s:%d", path, n)
-		}
-		return path
-	}
+	return lines
 }
 
 // indexLines records the line of every key under n, by key path.
@@ -291,7 +301,7 @@ func flagEntries(fs *pflag.FlagSet) []entry {
 // applyEntries checks each entry against the schema, converts its value to
 // the key's type and sets it in k, in order. Keys inside the feeds list
 // (feeds.0.name) change an element the file defined.
-func applyEntries(k *koanf.Koanf, entries []entry, explicit map[string]bool) []error {
+func applyEntries(k *koanf.Koanf, entries []entry, sources map[string]string) []error {
 	var errs []error
 	for _, e := range entries {
 		segs := strings.Split(e.key, ".")
@@ -314,7 +324,7 @@ func applyEntries(k *koanf.Koanf, entries []entry, explicit map[string]bool) []e
 			errs = append(errs, fmt.Errorf("%s in %s: %w", path, e.origin, err))
 			continue
 		}
-		explicit[e.key] = true
+		sources[path] = e.origin
 	}
 	return errs
 }

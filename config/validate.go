@@ -15,17 +15,55 @@ import (
 	_ "time/tzdata" // send windows name IANA zones; do not depend on the host's tzdata
 )
 
-// problems collects validation findings, each "path reason".
-type problems []error
+// problem is one validation finding: a key path and what is wrong with it.
+type problem struct {
+	path, msg string
+}
+
+func (p problem) Error() string { return p.path + " " + p.msg }
+
+// locate adds where the key (or the list element holding it) was set, when
+// a file, variable or flag set it: "… [surveysync.yaml:12]".
+func (p problem) locate(sources map[string]string) error {
+	for key := p.path; key != ""; {
+		if where, ok := sources[key]; ok {
+			return fmt.Errorf("%s [%s]", p.Error(), where)
+		}
+		// Up one level, but only to the enclosing list item or list
+		// ("feeds[2].send.delay" → "feeds[2]"; "sync.statuses[1]" →
+		// "sync.statuses"): a section's line says little about a key
+		// the file did not set.
+		if i := strings.LastIndexByte(key, '['); i > 0 && strings.HasSuffix(key, "]") {
+			key = key[:i]
+		} else if j := strings.LastIndexByte(key, ']'); j > 0 && j+1 < len(key) {
+			key = key[:j+1]
+		} else {
+			break
+		}
+	}
+	return p
+}
+
+// problems collects validation findings.
+type problems []problem
 
 func (p *problems) add(path, format string, args ...any) {
-	*p = append(*p, fmt.Errorf("%s %s", path, fmt.Sprintf(format, args...)))
+	*p = append(*p, problem{path: path, msg: fmt.Sprintf(format, args...)})
 }
 
 // Validate checks the whole configuration and returns every problem found,
 // joined (errors.Join), each naming the key path and why; nil when the
 // configuration is usable. Secret values never appear in the messages.
 func (c *Config) Validate() error {
+	probs := c.problems()
+	errs := make([]error, len(probs))
+	for i, p := range probs {
+		errs[i] = p
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) problems() problems {
 	var p problems
 	c.validateAPI(&p)
 	c.validateSync(&p)
@@ -35,7 +73,7 @@ func (c *Config) Validate() error {
 	c.validateMisc(&p)
 	c.validateFeeds(&p)
 	c.validateListeners(&p)
-	return errors.Join(p...)
+	return p
 }
 
 var userAgentRe = regexp.MustCompile(`^[^\s()]+(?: [^\s()]+)* \([^\s()@]+@[^\s()@]+\.[^\s()@]+\)$`)
