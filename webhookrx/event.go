@@ -123,7 +123,8 @@ type LogEntry struct {
 
 // EventLog keeps the raw log of processed events. LogEvents returns nil only
 // once the entries are durable; it is retried otherwise, and the events
-// stay in the spool until it succeeds. An entry may be logged more than once
+// stay in the spool until it succeeds. A Permanent error gives up on the
+// batch: its events are marked done without a log row. An entry may be logged more than once
 // after a crash: the log must tolerate it (ReplacingMergeTree by event_id).
 type EventLog interface {
 	LogEvents(ctx context.Context, entries []LogEntry) error

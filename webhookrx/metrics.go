@@ -40,6 +40,7 @@ type metrics struct {
 	processDur   prometheus.Histogram
 	commitDur    prometheus.Histogram
 	commitEvents prometheus.Histogram
+	logFailures  prometheus.Counter
 
 	oldestNanos atomic.Int64 // receive time of the oldest spooled event, 0 if none
 }
@@ -85,6 +86,10 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 			Help:    "Events written by one group commit of the webhook spool.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
+		logFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "surveysync_webhook_log_failures_total",
+			Help: "Failed writes of processed webhook events to the raw event log (webhook_events); the events stay spooled until a retry succeeds.",
+		}),
 	}
 	m.spoolOldest = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "surveysync_webhook_spool_oldest_age_seconds",
@@ -106,7 +111,7 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.events, m.spoolEvents, m.spoolBytes, m.spoolOldest,
-			m.spoolMaxEvts, m.spoolMaxByts, m.processDur, m.commitDur, m.commitEvents)
+			m.spoolMaxEvts, m.spoolMaxByts, m.processDur, m.commitDur, m.commitEvents, m.logFailures)
 	}
 	return m
 }

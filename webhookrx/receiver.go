@@ -451,7 +451,9 @@ func (r *Receiver) logger(stop <-chan struct{}, in <-chan completion) {
 }
 
 // writeLog writes batch to the EventLog, retrying with backoff until it
-// succeeds or the receiver stops. It reports success.
+// succeeds or the receiver stops. It reports whether the events may be
+// marked done: after a success, or a Permanent error (the log can never
+// take them; holding them would only fill the spool).
 func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool) bool {
 	entries := make([]LogEntry, len(batch))
 	for i, c := range batch {
@@ -463,6 +465,12 @@ func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool
 		err := r.elog.LogEvents(ctx, entries)
 		cancel()
 		if err == nil {
+			return true
+		}
+		r.m.logFailures.Inc()
+		if IsPermanent(err) {
+			r.s.logger.Error("webhook event log rejected a batch permanently; the events are marked done without a log row",
+				"events", len(entries), "error", err)
 			return true
 		}
 		select {

@@ -209,6 +209,9 @@ func TestEventLogFailingKeepsEvents(t *testing.T) {
 	if v := counter(t, rx.reg, "surveysync_webhook_spool_events"); v != 5 {
 		t.Errorf("spool_events while the log fails = %v, want 5", v)
 	}
+	if v := counter(t, rx.reg, "surveysync_webhook_log_failures_total"); v == 0 {
+		t.Error("log failures not counted")
+	}
 	if err := rx.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -606,4 +609,18 @@ func TestParseEventLenient(t *testing.T) {
 	if ev.ResponseID != survey.MustGUID("da453b67-791e-4d4d-9009-75b1ed8a33c1") {
 		t.Errorf("guid %s", ev.ResponseID)
 	}
+}
+
+// A Permanent error from the event log gives up on the log rows but not on
+// the events: they are marked done rather than filling the spool.
+func TestEventLogPermanentErrorMarksDone(t *testing.T) {
+	p := newRecorder()
+	log := EventLogFunc(func(context.Context, []LogEntry) error {
+		return Permanent(errors.New("table webhook_events: no such column"))
+	})
+	rx := start(t, testOptions(t, ""), p, log)
+	post(t, rx.url, responseBody(1), nil)
+	waitFor(t, "processed and done", func() bool {
+		return len(p.processed()) == 1 && counter(t, rx.reg, "surveysync_webhook_spool_events") == 0
+	})
 }
