@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/webhookrx"
+)
+
+type runFlags struct {
+	exitWhenSynced bool
+}
+
+// store is what a sink offers besides writing: checkpoints, surveys, and
+// (ClickHouse only) the inventory for reconcile.
+type store interface {
+	pipeline.Sink
+	pipeline.StateStore
+	pipeline.SurveyStore
+}
+
+// closer is implemented by both sinks.
+type closer interface{ Close() error }
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// startEmulator runs the built-in emulator on loopback and points the API
+// configuration at it.
+func startEmulator(ctx context.Context, g *errgroup.Group, cfg *config.Config, log *slog.Logger) (*sim.Sim, error) {
+	e := cfg.Demo.Emulator
+	specs := make([]sim.SurveySpec, e.Surveys)
+	ids := make([]int64, e.Surveys)
+	for i := range specs {
+		id := int64(4574 + i)
+		specs[i] = sim.SurveySpec{ID: id, Responses: e.ResponsesPerSurvey, Seed: e.Seed + int64(i), Files: cfg.Files.Enabled}
+		ids[i] = id
+	}
+	token := fmt.Sprintf("demo-%d", time.Now().UnixNano())
+	s, err := sim.New(sim.Options{Token: token, Surveys: specs, Logger: log.With("component", "emulator")})
+	if err != nil {
+		return nil, fmt.Errorf("start emulator: %w", err)
+	}
+	ln, err := net.Listen("tcp", e.Listen)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("start emulator: listen on demo.emulator.listen %s: %w", e.Listen, err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("emulator: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(sctx)
+		s.Close()
+		return err
+	})
+	cfg.API.BaseURL = config.URL("http://" + ln.Addr().String() + "/v1")
+	cfg.API.Token = config.Secret(token)
+	cfg.API.RateLimit = 0 // the emulator is local: no reason to throttle the demo
+	if cfg.API.UserAgent == "" {
+		cfg.API.UserAgent = config.DemoUserAgent
+	}
+	if len(cfg.Surveys) == 0 {
+		cfg.Surveys = ids
+	}
+	log.Info("built-in emulator of the survey service started", "base_url", string(cfg.API.BaseURL),
+		"surveys", e.Surveys, "responses_per_survey", e.ResponsesPerSurvey)
+	return s, nil
+}
+
+func newClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*surveyapi.Client, error) {
+	return surveyapi.New(surveyapi.Options{
+		BaseURL:        cfg.API.BaseURL.Value(),
+		Token:          cfg.API.Token.Value(),
+		UserAgent:      cfg.API.UserAgent,
+		MaxConcurrency: cfg.API.MaxConcurrency,
+		RateLimit:      cfg.API.RateLimit,
+		Timeout:        cfg.API.Timeout,
+		MaxRetries:     cfg.API.MaxRetries,
+		QuotaPause:     cfg.API.QuotaPause,
+		Logger:         log.With("component", "api"),
+		Registerer:     reg,
+	})
+}
+
+// openStore opens ClickHouse when configured, else the Parquet sink.
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (store, poll.Inventory, string, error) {
+	if len(cfg.ClickHouse.Addr) > 0 {
+		s, err := clickhouse.Open(ctx, clickhouse.Options{
+			Addr:        cfg.ClickHouse.Addr,
+			Database:    cfg.ClickHouse.Database,
+			Username:    cfg.ClickHouse.Username,
+			Password:    cfg.ClickHouse.Password.Value(),
+			Cluster:     cfg.ClickHouse.Cluster,
+			Secure:      cfg.ClickHouse.Secure,
+			DialTimeout: cfg.ClickHouse.DialTimeout,
+			Logger:      log.With("component", "clickhouse"),
+			Registerer:  reg,
+		})
+		if err != nil {
+			return nil, nil, "", err
+		}
+		return s, s, fmt.Sprintf("ClickHouse %s database %s", s.ServerVersion(), s.Database()), nil
+	}
+	dir, err := filepath.Abs(cfg.Parquet.Dir)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	s, err := parquet.Open(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return s, nil, "Parquet files under " + dir, nil
+}
+
+func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, stderr io.Writer) int {
+	log := newLogger(cfg, stderr)
+	if err := daemon(ctx, cfg, fl, log, stdout); err != nil {
+		log.Error("surveysync stopped with an error", "err", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.Logger, stdout io.Writer) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "surveysync_build_info", Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	reg.MustRegister(buildInfo)
+	buildInfo.WithLabelValues(version, goVersion()).Set(1)
+
+	// Two contexts: intake stops on SIGTERM (sources stop reading), work is
+	// cancelled only after the drain timeout (the hard stop).
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(rootCtx))
+	defer cancelWork()
+	intakeCtx, cancelIntake := context.WithCancel(rootCtx)
+	defer cancelIntake()
+
+	// Services with their own lifetime (emulator, metrics server) stop last.
+	svc, svcCtx := errgroup.WithContext(workCtx)
+	defer func() { cancelWork(); _ = svc.Wait() }()
+
+	if cfg.Demo.Emulator.Enabled {
+		if _, err := startEmulator(svcCtx, svc, cfg, log); err != nil {
+			return err
+		}
+	}
+	client, err := newClient(cfg, log, reg)
+	if err != nil {
+		return fmt.Errorf("api client: %w", err)
+	}
+	st, inv, where, err := openStore(intakeCtx, cfg, log, reg)
+	if err != nil {
+		return fmt.Errorf("open sink: %w", err)
+	}
+	defer st.(closer).Close()
+
+	pipe := pipeline.New(pipeline.Options{
+		FetchConcurrency: cfg.Sync.FetchConcurrency,
+		MaxRows:          cfg.Sync.Batch.MaxRows,
+		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
+		MaxDelay:         cfg.Sync.Batch.MaxDelay,
+		Logger:           log.With("component", "pipeline"),
+		Registerer:       reg,
+	}, client, st)
+
+	surveys, err := knownSurveys(intakeCtx, cfg, st)
+	if err != nil {
+		return err
+	}
+	poller := poll.New(poll.Options{
+		Surveys:           surveys,
+		Statuses:          cfg.Sync.Statuses,
+		PollInterval:      cfg.Sync.PollInterval,
+		Overlap:           cfg.Sync.Overlap,
+		SettleLag:         cfg.Sync.SettleLag,
+		PartialLookback:   cfg.Sync.PartialLookback,
+		ReconcileInterval: cfg.Sync.ReconcileInterval,
+		BackfillFrom:      cfg.Sync.BackfillFrom,
+		Logger:            log.With("component", "poll"),
+		Registerer:        reg,
+	}, client, pipe, st, inv)
+
+	h := &health{client: client, sink: st}
+
+	var rx *webhookrx.Receiver
+	if cfg.Webhooks.Enabled {
+		var evlog webhookrx.EventLog
+		if ch, ok := st.(*clickhouse.Sink); ok {
+			if l, ok := any(clickhouse.NewWebhookLog(ch)).(webhookrx.EventLog); ok {
+				evlog = l
+			}
+		}
+		w := cfg.Webhooks
+		rx, err = webhookrx.New(webhookrx.Options{
+			Listen:                 w.Listen,
+			Path:                   w.Path.Value(),
+			BasicAuthUser:          w.BasicAuth.Username,
+			BasicAuthPassword:      w.BasicAuth.Password.Value(),
+			AllowCIDRs:             w.AllowCIDRs,
+			StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
+			MaxBodyBytes:           int64(w.MaxBodyBytes),
+			SpoolDir:               w.SpoolDir,
+			SpoolMaxEvents:         w.SpoolMaxEvents,
+			SpoolMaxBytes:          int64(w.SpoolMaxBytes),
+			Logger:                 log.With("component", "webhooks"),
+			Registerer:             reg,
+			ProcessConcurrency:     cfg.Sync.FetchConcurrency,
+		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: st, now: time.Now}, evlog)
+		if err != nil {
+			return fmt.Errorf("webhooks: %w", err)
+		}
+		h.checks = append(h.checks, func(context.Context) error { return rx.Ready() })
+	}
+
+	var feeds *feed.Runner
+	if len(cfg.Feeds) > 0 {
+		var closeLedger func() error
+		feeds, closeLedger, err = newFeedRunner(cfg, client, st, log, reg)
+		if err != nil {
+			return fmt.Errorf("feeds: %w", err)
+		}
+		defer closeLedger()
+	}
+	if cfg.Metrics.Listen != "" {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, reg, h, log); err != nil {
+			return err
+		}
+	}
+
+	log.Info("surveysync started", "version", version, "sink", where, "surveys", len(surveys), "api", cfg.API.BaseURL)
+
+	// Work: the pipeline runs until its input is closed and drained.
+	work, _ := errgroup.WithContext(workCtx)
+	work.Go(func() error { return pipe.Run(workCtx) })
+
+	// Intake: the sources stop on SIGTERM (or on a fatal error of theirs).
+	intake, intakeGCtx := errgroup.WithContext(intakeCtx)
+	intake.Go(func() error { return poller.Run(intakeGCtx) })
+	if rx != nil {
+		intake.Go(func() error { return rx.Run(intakeGCtx) })
+	}
+	if feeds != nil {
+		intake.Go(func() error { return feeds.Run(intakeGCtx) })
+	}
+	if fl.exitWhenSynced {
+		intake.Go(func() error {
+			select {
+			case <-poller.FirstPassDone():
+				fmt.Fprintf(stdout, "surveysync: every survey is caught up; the data is in %s\n", where)
+				printWhereToLook(stdout, cfg)
+				cancelIntake()
+			case <-intakeGCtx.Done():
+			}
+			return nil
+		})
+	}
+	intakeErr := intake.Wait()
+	if rootCtx.Err() != nil {
+		log.Info("stopping: intake closed, draining the pipeline", "drain_timeout", cfg.Shutdown.DrainTimeout)
+	}
+	pipe.CloseInput()
+	drained := make(chan struct{})
+	go func() {
+		select {
+		case <-drained:
+		case <-time.After(cfg.Shutdown.DrainTimeout):
+			log.Warn("drain timeout reached: abandoning unwritten responses (they are read again at the next start)")
+			cancelWork()
+		}
+	}()
+	workErr := work.Wait()
+	close(drained)
+	if intakeErr != nil {
+		return intakeErr
+	}
+	if workErr != nil && !errors.Is(workErr, context.Canceled) {
+		return workErr
+	}
+	log.Info("surveysync stopped cleanly")
+	return nil
+}
+
+// knownSurveys is the polling set: the configured surveys and those learned
+// from webhooks earlier and not ended.
+func knownSurveys(ctx context.Context, cfg *config.Config, st pipeline.SurveyStore) ([]int64, error) {
+	seen := map[int64]bool{}
+	var out []int64
+	for _, id := range cfg.Surveys {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	known, err := st.LoadSurveys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load known surveys: %w", err)
+	}
+	for _, s := range known {
+		if !seen[s.SurveyID] && s.EndedAt == nil {
+			seen[s.SurveyID] = true
+			out = append(out, s.SurveyID)
+		}
+	}
+	return out, nil
+}
+
+func printWhereToLook(w io.Writer, cfg *config.Config) {
+	if len(cfg.ClickHouse.Addr) > 0 {
+		fmt.Fprintf(w, "  clickhouse-client --query 'SELECT response_status, count() FROM %s.responses_current GROUP BY response_status'\n", cfg.ClickHouse.Database)
+		return
+	}
+	dir := cfg.Parquet.Dir
+	fmt.Fprintf(w, "  responses: %s\n  answers:   %s\n", filepath.Join(dir, flatten.TableResponses), filepath.Join(dir, flatten.TableAnswers))
+	fmt.Fprintf(w, "  e.g. duckdb -c \"SELECT response_status, count(*) FROM '%s/responses/**/*.parquet' GROUP BY 1\"\n", dir)
+}
+
+// health answers /healthz and /readyz.
+type health struct {
+	client *surveyapi.Client
+	sink   any // pinged when it has Ping(ctx) error
+	checks []func(context.Context) error
+}
+
+func (h *health) ready(ctx context.Context) error {
+	var errs []error
+	if !h.client.Healthy() {
+		errs = append(errs, fmt.Errorf("api: token rejected: %w", h.client.LastAuthError()))
+	}
+	if p, ok := h.sink.(interface{ Ping(context.Context) error }); ok {
+		if err := p.Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("sink: %w", err))
+		}
+	}
+	for _, c := range h.checks {
+		if err := c(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, h *health, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		cctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := h.ready(cctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics.listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	log.Info("metrics at /metrics, health at /healthz and /readyz", "listen", ln.Addr().String())
+	return nil
+}

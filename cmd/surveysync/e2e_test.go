@@ -1,0 +1,487 @@
+package main
+
+// End-to-end tests: the real binary against the emulator and, when
+// SURVEYSYNC_TEST_CLICKHOUSE_ADDR is set, a real ClickHouse. The warehouse
+// is compared row by row with the emulator's truth.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/source/sim"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "surveysync-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "surveysync")
+	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build surveysync: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// --- harness ---------------------------------------------------------------
+
+type emulator struct {
+	sim *sim.Sim
+	srv *httptest.Server
+	ids []int64
+}
+
+func startSim(t *testing.T, opts sim.Options) *emulator {
+	t.Helper()
+	if opts.Token == "" {
+		opts.Token = "e2e-secret-token-" + randHex(8)
+	}
+	s, err := sim.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	e := &emulator{sim: s, srv: srv}
+	for _, sp := range opts.Surveys {
+		e.ids = append(e.ids, sp.ID)
+	}
+	return e
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type warehouse struct {
+	conn driver.Conn
+	db   string
+	addr string
+}
+
+func clickhouseOrSkip(t *testing.T) *warehouse {
+	t.Helper()
+	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+	if addr == "" {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
+	conn, err := ch.Open(&ch.Options{Addr: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &warehouse{conn: conn, db: "test_e2e_" + randHex(6), addr: addr}
+	t.Cleanup(func() {
+		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+w.db)
+		conn.Close()
+	})
+	return w
+}
+
+// config writes a YAML configuration for the daemon. extra is appended.
+func writeConfig(t *testing.T, e *emulator, w *warehouse, extra string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var b strings.Builder
+	fmt.Fprintf(&b, "api:\n  base_url: %s/v1\n  token: %s\n  user_agent: \"surveysync-e2e (e2e@example.invalid)\"\n  max_concurrency: 32\n  rate_limit: 0\n  max_retries: 10\n", e.srv.URL, tokenOf(e))
+	fmt.Fprintf(&b, "surveys: [%s]\n", joinIDs(e.ids))
+	if w != nil {
+		fmt.Fprintf(&b, "clickhouse:\n  addr: [%s]\n  database: %s\n", w.addr, w.db)
+	}
+	fmt.Fprintf(&b, "parquet:\n  dir: %s\n", filepath.Join(dir, "data"))
+	fmt.Fprintf(&b, "metrics:\n  listen: \"\"\n")
+	b.WriteString(extra)
+	path := filepath.Join(dir, "surveysync.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var tokens sync.Map
+
+func tokenOf(e *emulator) string {
+	v, _ := tokens.Load(e)
+	return v.(string)
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprint(id)
+	}
+	return strings.Join(s, ", ")
+}
+
+type daemonProc struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+	mu  *sync.Mutex
+}
+
+type lockedBuffer struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (l lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func startDaemon(t *testing.T, cfgPath string, args ...string) *daemonProc {
+	t.Helper()
+	d := &daemonProc{out: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	d.cmd = exec.Command(binPath, append([]string{"run", "--config", cfgPath}, args...)...)
+	d.cmd.Stdout = lockedBuffer{d.mu, d.out}
+	d.cmd.Stderr = lockedBuffer{d.mu, d.out}
+	d.cmd.Env = append(os.Environ(), "SURVEYSYNC_LOG__LEVEL=info")
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			_ = d.cmd.Process.Kill()
+			_ = d.cmd.Wait()
+		}
+	})
+	return d
+}
+
+func (d *daemonProc) output() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.String()
+}
+
+func (d *daemonProc) wait(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("surveysync exited with %v; output:\n%s", err, tail(d.output(), 60))
+		}
+	case <-time.After(timeout):
+		_ = d.cmd.Process.Kill()
+		<-done
+		t.Fatalf("surveysync did not finish in %v; output:\n%s", timeout, tail(d.output(), 60))
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// --- truth and comparison --------------------------------------------------
+
+// fingerprint renders a response's rows canonically: its header and each
+// answer in page/question/answer order.
+func truthFingerprints(e *emulator) map[string]string {
+	out := map[string]string{}
+	for _, id := range e.ids {
+		for r := range e.sim.Responses(id) {
+			if r.ResponseStatus == survey.StatusDeleted {
+				continue
+			}
+			var b strings.Builder
+			completed := "-"
+			if r.DateCompleted != nil {
+				completed = r.DateCompleted.UTC().Truncate(time.Second).Format(time.RFC3339)
+			}
+			fmt.Fprintf(&b, "%d|%s|%s|", r.SurveyID, r.ResponseStatus, completed)
+			for pi, p := range r.Pages {
+				for qi, q := range p.Questions {
+					for ai, a := range q.Answers {
+						fmt.Fprintf(&b, "[%d.%d.%d %d %s %s %s %s]", pi, qi, ai, q.ID, optInt(a.ChoiceID), optInt(a.RowID), optInt(a.Value), optStr(a.Text))
+					}
+				}
+			}
+			out[string(r.ResponseID)] = b.String()
+		}
+	}
+	return out
+}
+
+func optInt(v *survey.FlexInt) string {
+	if v == nil {
+		return "∅"
+	}
+	return fmt.Sprint(int64(*v))
+}
+
+func optStr(v *string) string {
+	if v == nil {
+		return ""
+	}
+	return *v
+}
+
+func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	rows, err := w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), survey_id, response_status,
+		if(isNull(date_completed), '-', formatDateTime(assumeNotNull(date_completed), '%%Y-%%m-%%dT%%H:%%M:%%SZ'))
+		FROM %s.responses_current`, w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, status, completed string
+		var sid int64
+		if err := rows.Scan(&id, &sid, &status, &completed); err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := out[id]; dup {
+			t.Fatalf("response %s appears twice in responses_current", id)
+		}
+		out[id] = fmt.Sprintf("%d|%s|%s|", sid, status, completed)
+	}
+	rows.Close()
+	rows, err = w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), page_index, question_index, answer_index, question_id,
+		choice_id, row_id, value, text FROM %s.answers_current ORDER BY response_id, page_index, question_index, answer_index`, w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, text string
+		var pi, qi, ai uint16
+		var qid int64
+		var choice, row, value *int64
+		if err := rows.Scan(&id, &pi, &qi, &ai, &qid, &choice, &row, &value, &text); err != nil {
+			t.Fatal(err)
+		}
+		toFlex := func(p *int64) *survey.FlexInt {
+			if p == nil {
+				return nil
+			}
+			return survey.Int(*p)
+		}
+		out[id] += fmt.Sprintf("[%d.%d.%d %d %s %s %s %s]", pi, qi, ai, qid, optInt(toFlex(choice)), optInt(toFlex(row)), optInt(toFlex(value)), text)
+	}
+	return out
+}
+
+func diff(want, got map[string]string) string {
+	var problems []string
+	for id, w := range want {
+		g, ok := got[id]
+		switch {
+		case !ok:
+			problems = append(problems, "missing "+id)
+		case g != w:
+			problems = append(problems, fmt.Sprintf("differs %s:\n  want %s\n  got  %s", id, w, g))
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			problems = append(problems, "unexpected "+id)
+		}
+	}
+	sort.Strings(problems)
+	if len(problems) == 0 {
+		return ""
+	}
+	n := len(problems)
+	if n > 10 {
+		problems = problems[:10]
+	}
+	return fmt.Sprintf("%d differences, first ones:\n%s", n, strings.Join(problems, "\n"))
+}
+
+func waitConverged(t *testing.T, e *emulator, w *warehouse, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		last = diff(truthFingerprints(e), warehouseFingerprints(t, w))
+		if last == "" {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("warehouse did not converge to the emulator in %v: %s", timeout, last)
+}
+
+func specs(n, responses int, seed int64) []sim.SurveySpec {
+	out := make([]sim.SurveySpec, n)
+	for i := range out {
+		out[i] = sim.SurveySpec{ID: int64(100 + i), Responses: responses, Seed: seed + int64(i)}
+	}
+	return out
+}
+
+func newEmulator(t *testing.T, opts sim.Options) *emulator {
+	tok := "e2e-secret-token-" + randHex(8)
+	opts.Token = tok
+	e := startSim(t, opts)
+	tokens.Store(e, tok)
+	return e
+}
+
+// --- tests -----------------------------------------------------------------
+
+func TestBackfillIntoClickHouseMatchesEmulator(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(2, 1500, 7)})
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		t.Fatal(msg)
+	}
+	if strings.Contains(d.output(), tokenOf(e)) {
+		t.Fatal("the API token appears in the daemon's output")
+	}
+	// A second run re-reads the overlap and changes nothing visible.
+	d = startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		t.Fatal("after a second run: " + msg)
+	}
+}
+
+func TestChangesDuringSyncEndUpExact(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 800, 11)})
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  overlap: 1m\n  reconcile_interval: 2s\n  partial_lookback: 24000h\n")
+	d := startDaemon(t, cfg)
+	sid := e.ids[0]
+	var all []survey.Response
+	for r := range e.sim.Responses(sid) {
+		all = append(all, r)
+	}
+	// While it syncs: delete some, complete partials, add new ones.
+	deleted := 0
+	completed := 0
+	for i, r := range all {
+		switch {
+		case i%97 == 0 && r.ResponseStatus != survey.StatusDeleted:
+			if err := e.sim.DeleteResponse(sid, r.ResponseID); err == nil {
+				deleted++
+			}
+		case r.ResponseStatus == survey.StatusPartial && completed < 10:
+			if _, err := e.sim.CompletePartial(sid, r.ResponseID, survey.StatusCompleted); err == nil {
+				completed++
+			}
+		}
+	}
+	for range 20 {
+		now := time.Now().UTC()
+		if _, err := e.sim.AddResponse(sid, survey.Response{ResponseStatus: survey.StatusCompleted,
+			DateCreated: survey.Time{Time: now.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(now.Add(-time.Second))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("deleted %d, completed %d partials, added 20", deleted, completed)
+	waitConverged(t, e, w, 90*time.Second)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, 60*time.Second)
+}
+
+func TestSIGKILLMidBackfillThenRestartIsExact(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(2, 15000, 23)})
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  batch:\n    max_rows: 5000\n")
+	d := startDaemon(t, cfg)
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n uint64
+		row := w.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM system.tables WHERE database = '%s' AND name = 'responses'", w.db))
+		if err := row.Scan(&n); err == nil && n == 1 {
+			if err := w.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.responses", w.db)).Scan(&n); err == nil && n > 3000 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress before the kill; output:\n%s", tail(d.output(), 40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+	d = startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 4*time.Minute)
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+func TestFaultsLoseNothing(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 2000, 31), Seed: 5})
+	for _, f := range []sim.Fault{
+		{Op: "get_response", Kind: "429", Probability: 0.05},
+		{Op: "get_response", Kind: "429_retry_after", Probability: 0.02, RetryAfter: time.Second},
+		{Op: "get_response", Kind: "503", Probability: 0.05},
+		{Op: "list_responses", Kind: "500", Probability: 0.1},
+		{Op: "list_responses", Kind: "slow", Probability: 0.2, Delay: 50 * time.Millisecond},
+		{Op: "list_responses", Kind: "shift", Probability: 0.2},
+		{Op: "*", Kind: "variant_spelling", Probability: 0.5},
+		{Op: "*", Kind: "uppercase_guid", Probability: 0.5},
+	} {
+		if err := e.sim.InjectFault(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 4*time.Minute)
+	e.sim.ClearFaults()
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+func TestDemoDefaultsWriteParquet(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(binPath, "run", "--exit-when-synced")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SURVEYSYNC_METRICS__LISTEN=", "SURVEYSYNC_WEBHOOKS__LISTEN=127.0.0.1:0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo run: %v\n%s", err, tail(string(out), 40))
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "data", "answers", "*", "*", "*.parquet"))
+	if len(files) == 0 {
+		t.Fatalf("no answers Parquet files under ./data; output:\n%s", tail(string(out), 40))
+	}
+	if !strings.Contains(string(out), "caught up") {
+		t.Fatalf("demo did not say where to look:\n%s", tail(string(out), 20))
+	}
+}

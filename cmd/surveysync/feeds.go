@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/source/feed"
+)
+
+// feedOptions maps the configuration's feeds onto source/feed's options.
+func feedOptions(cfg *config.Config, conn feed.QueryConn) ([]feed.Options, error) {
+	out := make([]feed.Options, 0, len(cfg.Feeds))
+	for i, f := range cfg.Feeds {
+		o := feed.Options{
+			Name:           f.Name,
+			Type:           f.Type,
+			DistributionID: f.DistributionID,
+			Channel:        f.Channel,
+			Mapping:        f.Mapping,
+			Salutation: feed.Salutation{
+				Generate:         f.Salutation.Generate,
+				PrefixMale:       f.Salutation.PrefixMale,
+				PrefixFemale:     f.Salutation.PrefixFemale,
+				IncludeFirstName: f.Salutation.IncludeFirstName,
+				IncludeLastName:  f.Salutation.IncludeLastName,
+			},
+			DedupeKey: f.DedupeKey,
+			Interval:  f.Interval,
+			CSVDir:    feed.CSVDirOptions{Dir: f.CSVDir.Dir, Delimiter: f.CSVDir.Delimiter},
+			HTTP:      feed.HTTPOptions{Path: f.HTTP.Path, Token: f.HTTP.Token.Value(), Listen: f.HTTP.Listen},
+			Send: feed.SendOptions{
+				MessageID: f.Send.MessageID,
+				Schedule: feed.Schedule{
+					Policy: f.Send.Schedule.Policy,
+					Delay:  f.Send.Schedule.Delay,
+					Window: feed.Window{From: f.Send.Schedule.Window.From, To: f.Send.Schedule.Window.To, TimeZone: f.Send.Schedule.Window.TimeZone},
+				},
+			},
+		}
+		for _, d := range f.Send.Schedule.Window.Days {
+			wd, err := config.ParseWeekday(d)
+			if err != nil {
+				return nil, fmt.Errorf("feeds[%d].send.schedule.window.days: %w", i, err)
+			}
+			o.Send.Schedule.Window.Days = append(o.Send.Schedule.Window.Days, wd)
+		}
+		if f.Type == config.FeedClickHouseQuery {
+			if conn == nil {
+				return nil, fmt.Errorf("feeds[%d] (%s) is a clickhouse_query feed but clickhouse.addr is not set", i, f.Name)
+			}
+			o.ClickHouseQuery = feed.QueryOptions{Query: f.ClickHouseQuery.Query, Conn: conn}
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// newFeedRunner builds the feed runner with the ledger of the store in use:
+// ClickHouse's pushed_contacts when configured, else a local file ledger
+// under the Parquet directory.
+func newFeedRunner(cfg *config.Config, api feed.API, st store, log *slog.Logger, reg prometheus.Registerer) (*feed.Runner, func() error, error) {
+	var ledger feed.Ledger
+	var conn feed.QueryConn
+	closeLedger := func() error { return nil }
+	if ch, ok := st.(*clickhouse.Sink); ok {
+		ledger = clickhouse.NewFeedLedger(ch)
+		conn = ch.Conn()
+	} else {
+		fl, err := feed.NewFileLedger(filepath.Join(cfg.Parquet.Dir, "_feeds"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("feed ledger: %w", err)
+		}
+		ledger = fl
+		closeLedger = fl.Close
+	}
+	opts, err := feedOptions(cfg, conn)
+	if err != nil {
+		closeLedger()
+		return nil, nil, err
+	}
+	r, err := feed.NewRunner(feed.RunnerOptions{
+		Feeds: opts, API: api, Ledger: ledger, Registerer: reg,
+		Logger: log.With("component", "feed"), ShutdownGrace: cfg.Shutdown.DrainTimeout,
+	})
+	if err != nil {
+		closeLedger()
+		return nil, nil, err
+	}
+	return r, closeLedger, nil
+}
+
+// feedRun runs one feed once; with dryRun it prints what would be pushed
+// and why rows would be skipped or rejected, calling nothing.
+func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, stdout, stderr io.Writer) int {
+	log := newLogger(cfg, stderr)
+	reg := prometheus.NewRegistry()
+	found := false
+	for _, f := range cfg.Feeds {
+		found = found || f.Name == name
+	}
+	if !found {
+		fmt.Fprintf(stderr, "surveysync feed run: no feed named %q in the configuration\n", name)
+		return exitUsage
+	}
+	st, _, _, err := openStore(ctx, cfg, log, reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "surveysync feed run:", err)
+		return exitFail
+	}
+	defer st.(closer).Close()
+	var api feed.API
+	if !dryRun {
+		if cfg.Demo.Emulator.Enabled {
+			fmt.Fprintln(stderr, "surveysync feed run: pushing needs the real service (demo.emulator.enabled is on); use --dry-run")
+			return exitUsage
+		}
+		c, err := newClient(cfg, log, reg)
+		if err != nil {
+			fmt.Fprintln(stderr, "surveysync feed run:", err)
+			return exitFail
+		}
+		defer c.Close()
+		api = c
+	}
+	r, closeLedger, err := newFeedRunner(cfg, api, st, log, reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "surveysync feed run:", err)
+		return exitFail
+	}
+	defer closeLedger()
+	if dryRun {
+		err = r.DryRun(ctx, name, stdout)
+	} else {
+		err = r.RunOnce(ctx, name)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "surveysync feed run:", err)
+		return exitFail
+	}
+	return exitOK
+}
