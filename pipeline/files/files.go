@@ -44,8 +44,6 @@ func (r FileRef) Key() string {
 	return fmt.Sprintf("surveys/%d/responses/%s/%s", r.SurveyID, r.ResponseID, r.FileID)
 }
 
-func (r FileRef) String() string { return r.Key() }
-
 // IsUploadType reports whether a question type marks an upload question
 // under typeMatch (nil or empty means DefaultTypeMatch). Matching is a
 // case-insensitive substring test.
