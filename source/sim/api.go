@@ -36,7 +36,8 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	seq := s.reqSeq.Add(1)
 	c := &call{s: s, w: w, r: r, op: opOther}
-	c.req = randomGUID(mix64(s.key^seq), mix64(s.key+seq))
+	rr := newRNG(s.key, seq, 0x4e9)
+	c.req = randomGUID(rr.next(), rr.next())
 	seg, ok := splitPath(path)
 	var handle func(*call, []string)
 	method := http.MethodGet

@@ -115,7 +115,8 @@ func (c *call) createContact(seg []string) {
 	s.cmu.Lock()
 	s.contactID++
 	id := s.contactID
-	tok := randomGUID(mix64(s.key^uint64(id)), mix64(s.key+uint64(id)))
+	tr := newRNG(s.key, uint64(id), 0xc0)
+	tok := randomGUID(tr.next(), tr.next())
 	surveyID := did
 	if sid, _, known := s.knownDistribution(did); known {
 		surveyID = sid

@@ -175,7 +175,8 @@ func (s *Sim) AddResponse(surveyID int64, r survey.Response) (survey.Response, e
 	var id guid16
 	if r.ResponseID == "" {
 		s.idSeq++
-		id = randomGUID(mix64(s.key^0xadd^s.idSeq), mix64(s.key+s.idSeq))
+		ir := newRNG(s.key, s.idSeq, 0xadd)
+		id = randomGUID(ir.next(), ir.next())
 	} else {
 		var ok bool
 		if id, ok = parseGUID16(string(r.ResponseID)); !ok {
