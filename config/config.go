@@ -43,7 +43,7 @@ type API struct {
 	Token          Secret        `koanf:"token"`           // X-API-TOKEN; not needed when demo.emulator.enabled
 	UserAgent      string        `koanf:"user_agent"`      // "<app_name> (<contact_email>)"
 	MaxConcurrency int           `koanf:"max_concurrency"` // requests in flight, whole process
-	RateLimit      float64       `koanf:"rate_limit"`      // requests per second, whole process
+	RateLimit      float64       `koanf:"rate_limit"`      // requests per second, whole process; 0 = no limit
 	Timeout        time.Duration `koanf:"timeout"`         // per request
 	MaxRetries     int           `koanf:"max_retries"`     // for 429, 5xx and network errors
 	QuotaPause     time.Duration `koanf:"quota_pause"`     // pause after a 402 (monthly quota used up)

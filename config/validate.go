@@ -94,8 +94,8 @@ func (c *Config) validateAPI(p *problems) {
 		p.add("api.user_agent", `must look like "<app_name> (<contact_email>)", e.g. "acme-surveysync (data@acme.example)" (got %q)`, a.UserAgent)
 	}
 	intRange(p, "api.max_concurrency", a.MaxConcurrency, 1, 1024)
-	if !(a.RateLimit > 0) {
-		p.add("api.rate_limit", "must be a positive number of requests per second (got %g)", a.RateLimit)
+	if !(a.RateLimit >= 0) {
+		p.add("api.rate_limit", "must be a number of requests per second, or 0 for no limit (got %g)", a.RateLimit)
 	}
 	positive(p, "api.timeout", a.Timeout)
 	intRange(p, "api.max_retries", a.MaxRetries, 0, 100)
