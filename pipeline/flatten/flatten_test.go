@@ -387,3 +387,53 @@ func benchItems(tb testing.TB, n int) []Item {
 	}
 	return out
 }
+
+// FuzzAdd feeds arbitrary details to Add: it must never panic, must append
+// a whole item or nothing, and must produce records of the contract's shape.
+func FuzzAdd(f *testing.F) {
+	dirs, _ := filepath.Glob("testdata/*/response.json")
+	for _, d := range dirs {
+		raw, err := os.ReadFile(d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw, false)
+	}
+	f.Add([]byte(`{"response_id":"x","pages":[{"questions":[{"answers":[{}]}]}]}`), true)
+	f.Fuzz(func(t *testing.T, raw []byte, deleted bool) {
+		var r survey.Response
+		if json.Unmarshal(raw, &r) != nil {
+			return
+		}
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		defer mem.AssertSize(t, 0)
+		b := NewBuilder(mem)
+		defer b.Release()
+		it := Item{Response: &r, SurveyID: r.SurveyID, ResponseID: r.ResponseID, Deleted: deleted, Version: 7, SyncedAt: testSyncedAt}
+		wantAnswers := 0
+		for _, p := range r.Pages {
+			for _, q := range p.Questions {
+				wantAnswers += len(q.Answers)
+			}
+		}
+		err := b.Add(it)
+		resp, ans := b.Rows()
+		switch {
+		case err != nil:
+			if resp != 0 || ans != 0 {
+				t.Fatalf("failed Add left %d/%d rows", resp, ans)
+			}
+		case deleted || r.ResponseStatus == survey.StatusDeleted:
+			if resp != 1 || ans != 0 {
+				t.Fatalf("deleted item gave %d/%d rows", resp, ans)
+			}
+		default:
+			if resp != 1 || ans != wantAnswers {
+				t.Fatalf("rows %d/%d, want 1/%d", resp, ans, wantAnswers)
+			}
+		}
+		batch := b.Flush()
+		defer batch.Release()
+		checkBatch(t, batch)
+	})
+}
