@@ -1,0 +1,219 @@
+package clickhouse
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure Open. Plain values; cmd/ maps the YAML config onto them.
+type Options struct {
+	// Addr lists host:port of the native protocol (9000, or 9440 with Secure).
+	Addr []string
+	// Database holds every table; created if missing. Default "surveysync".
+	Database string
+	// Username and Password authenticate; the password is never logged.
+	Username string
+	Password string
+	// Cluster, when set, creates every object ON CLUSTER and splits each
+	// table into a <name>_local storage table plus a Distributed table with
+	// the public name (see the package documentation).
+	Cluster string
+	// Secure uses TLS on the native protocol.
+	Secure bool
+	// DialTimeout bounds connecting (default 10s).
+	DialTimeout time.Duration
+	// MaxRetries is how many times a failed insert is retried with a fresh
+	// batch before Write gives up (default 3; negative means none).
+	MaxRetries int
+	// Logger receives operational messages (default: discarded).
+	Logger *slog.Logger
+	// Registerer receives the sink's metrics (default: a private registry).
+	Registerer prometheus.Registerer
+
+	// onClusterDDL=false with Cluster set builds the cluster layout
+	// (Distributed tables over <name>_local) without ON CLUSTER: tests use it
+	// against a one-shard cluster on a server without ZooKeeper.
+	noOnClusterDDL bool
+}
+
+// LogValue masks the password when Options are logged.
+func (o Options) LogValue() slog.Value {
+	pw := ""
+	if o.Password != "" {
+		pw = "***"
+	}
+	return slog.GroupValue(
+		slog.Any("addr", o.Addr),
+		slog.String("database", o.Database),
+		slog.String("username", o.Username),
+		slog.String("password", pw),
+		slog.String("cluster", o.Cluster),
+		slog.Bool("secure", o.Secure),
+	)
+}
+
+// identRE is what Database and Cluster may look like: they are spliced into
+// DDL text.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (o *Options) setDefaults() error {
+	if len(o.Addr) == 0 {
+		return errors.New("clickhouse: options: addr: at least one host:port is required")
+	}
+	if o.Database == "" {
+		o.Database = "surveysync"
+	}
+	if !identRE.MatchString(o.Database) {
+		return fmt.Errorf("clickhouse: options: database %q: must match %s", o.Database, identRE)
+	}
+	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
+		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 3
+	}
+	if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// Sink is the ClickHouse warehouse: pipeline.Sink (Write), pipeline.StateStore
+// (sync_state) and pipeline.SurveyStore (surveys). It is safe for concurrent
+// use.
+type Sink struct {
+	conn    driver.Conn
+	opts    Options
+	tmpl    tmplData
+	version driver.ServerVersion
+	log     *slog.Logger
+	metrics *metrics
+
+	mu          sync.Mutex
+	lastVersion uint64 // last _version given to a sync_state/surveys row
+}
+
+// Open connects, creates the database if needed, detects the server's
+// version and applies the embedded migrations that are not yet recorded in
+// schema_migrations.
+func Open(ctx context.Context, o Options) (*Sink, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	chOpts := &ch.Options{
+		Addr: o.Addr,
+		Auth: ch.Auth{Username: o.Username, Password: o.Password},
+		ClientInfo: ch.ClientInfo{Products: []struct{ Name, Version string }{
+			{Name: "surveysync"},
+		}},
+		DialTimeout:     o.DialTimeout,
+		ConnMaxLifetime: time.Hour,
+	}
+	if o.Secure {
+		chOpts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	conn, err := ch.Open(chOpts)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: open %s: %w", strings.Join(o.Addr, ","), err)
+	}
+	s := &Sink{
+		conn: conn,
+		opts: o,
+		tmpl: newTmplData(o.Database, o.Cluster, !o.noOnClusterDDL),
+		log:  o.Logger.With("component", "clickhouse", "database", o.Database),
+	}
+	if err := s.open(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sink) open(ctx context.Context) error {
+	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("clickhouse: ping %s: %w", strings.Join(s.opts.Addr, ","), err)
+	}
+	v, err := s.conn.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("clickhouse: server version: %w", err)
+	}
+	s.version = *v
+	m, err := newMetrics(s.opts.Registerer)
+	if err != nil {
+		return err
+	}
+	s.metrics = m
+	s.log.Info("connected", "server_version", s.ServerVersion(), "options", s.opts)
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Conn is the underlying connection pool, for the feature stores that live
+// in this package's other files and for tests.
+func (s *Sink) Conn() driver.Conn { return s.conn }
+
+// Database is the database holding every table.
+func (s *Sink) Database() string { return s.opts.Database }
+
+// Cluster is the cluster name, or "" on a single server.
+func (s *Sink) Cluster() string { return s.opts.Cluster }
+
+// ServerVersion is the server's version, e.g. "18.16.1".
+func (s *Sink) ServerVersion() string { return s.version.Version.String() }
+
+// serverAtLeast reports whether the server is at least major.minor.
+func (s *Sink) serverAtLeast(major, minor uint64) bool {
+	v := s.version.Version
+	return v.Major > major || (v.Major == major && v.Minor >= minor)
+}
+
+// Ping checks that the server answers.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("clickhouse: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes the connections. The metrics stay registered.
+func (s *Sink) Close() error {
+	return s.conn.Close()
+}
+
+// table is the fully qualified public name of a table or view.
+func (s *Sink) table(name string) string { return s.opts.Database + "." + name }
+
+// nextVersion returns a _version for a state/survey row: the current time in
+// nanoseconds, strictly increasing within this process.
+func (s *Sink) nextVersion() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := uint64(time.Now().UnixNano())
+	if v <= s.lastVersion {
+		v = s.lastVersion + 1
+	}
+	s.lastVersion = v
+	return v
+}

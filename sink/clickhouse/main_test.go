@@ -1,0 +1,187 @@
+package clickhouse
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/surveysync/surveysync/pipeline/flatten"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testAddr is the ClickHouse server of the integration tests, or "".
+func testAddr() string { return os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR") }
+
+// openTest opens a Sink on a fresh database that is dropped after the test.
+// It skips the test when no server is configured.
+func openTest(t testing.TB, mod func(*Options)) (*Sink, *prometheus.Registry) {
+	t.Helper()
+	addr := testAddr()
+	if addr == "" {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
+	reg := prometheus.NewRegistry()
+	o := Options{
+		Addr:       []string{addr},
+		Database:   randomDB(),
+		Registerer: reg,
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Open(ctx, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Conn().Exec(ctx, "DROP DATABASE IF EXISTS "+s.Database()); err != nil {
+			t.Errorf("drop database %s: %v", s.Database(), err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return s, reg
+}
+
+func randomDB() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "test_clickhouse_" + hex.EncodeToString(b[:])
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// testResponse describes one response version for a hand-built batch.
+type testResponse struct {
+	ID        string // lower-case GUID
+	SurveyID  int64
+	Version   uint64
+	Deleted   bool
+	Status    string
+	Completed *time.Time
+	Answers   int // answers rows, one question per row
+	Params    [][2]string
+}
+
+func guid(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+
+var baseTime = time.Date(2026, 8, 21, 10, 30, 0, 0, time.UTC)
+
+// buildBatch builds a flatten.Batch directly with the Arrow builders, in
+// the order and with the schema flatten uses.
+func buildBatch(mem memory.Allocator, rs []testResponse) *flatten.Batch {
+	rb := array.NewRecordBuilder(mem, flatten.ResponsesSchema)
+	defer rb.Release()
+	ab := array.NewRecordBuilder(mem, flatten.AnswersSchema)
+	defer ab.Release()
+	for i, r := range rs {
+		status := r.Status
+		if status == "" {
+			status = "completed"
+		}
+		if r.Deleted {
+			status = "deleted"
+		}
+		rb.Field(0).(*array.StringBuilder).Append(r.ID)
+		rb.Field(1).(*array.Int64Builder).Append(r.SurveyID)
+		rb.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("Průzkum %d", r.SurveyID))
+		if i%2 == 0 {
+			rb.Field(3).(*array.Int64Builder).Append(14457)
+			rb.Field(4).(*array.Int64Builder).AppendNull()
+		} else {
+			rb.Field(3).(*array.Int64Builder).AppendNull()
+			rb.Field(4).(*array.Int64Builder).Append(4998745)
+		}
+		rb.Field(5).(*array.StringBuilder).Append("10.0.0.1")
+		rb.Field(6).(*array.TimestampBuilder).Append(arrow.Timestamp(baseTime.UnixMilli()))
+		if r.Completed != nil {
+			rb.Field(7).(*array.TimestampBuilder).Append(arrow.Timestamp(r.Completed.UnixMilli()))
+			rb.Field(8).(*array.Int64Builder).Append(int64(r.Completed.Sub(baseTime) / time.Second))
+		} else {
+			rb.Field(7).(*array.TimestampBuilder).AppendNull()
+			rb.Field(8).(*array.Int64Builder).AppendNull()
+		}
+		rb.Field(9).(*array.StringBuilder).Append(status)
+		names := rb.Field(10).(*array.ListBuilder)
+		values := rb.Field(11).(*array.ListBuilder)
+		names.Append(true)
+		values.Append(true)
+		for _, p := range r.Params {
+			names.ValueBuilder().(*array.StringBuilder).Append(p[0])
+			values.ValueBuilder().(*array.StringBuilder).Append(p[1])
+		}
+		var deleted uint8
+		if r.Deleted {
+			deleted = 1
+		}
+		rb.Field(12).(*array.Uint8Builder).Append(deleted)
+		rb.Field(13).(*array.TimestampBuilder).Append(arrow.Timestamp(time.Unix(0, int64(r.Version)).UnixMilli()))
+		rb.Field(14).(*array.Uint64Builder).Append(r.Version)
+
+		if r.Deleted {
+			continue
+		}
+		for q := 0; q < r.Answers; q++ {
+			appendAnswer(ab, r, q, status)
+		}
+	}
+	return &flatten.Batch{Responses: rb.NewRecord(), Answers: ab.NewRecord(), Token: "test"}
+}
+
+func appendAnswer(ab *array.RecordBuilder, r testResponse, q int, status string) {
+	ab.Field(0).(*array.StringBuilder).Append(r.ID)
+	ab.Field(1).(*array.Int64Builder).Append(r.SurveyID)
+	ab.Field(2).(*array.Int64Builder).Append(100 + int64(q/5))
+	ab.Field(3).(*array.Uint16Builder).Append(uint16(q / 5))
+	ab.Field(4).(*array.Int64Builder).Append(1000 + int64(q))
+	ab.Field(5).(*array.Uint16Builder).Append(uint16(q % 5))
+	ab.Field(6).(*array.StringBuilder).Append("single_choice")
+	ab.Field(7).(*array.StringBuilder).Append(fmt.Sprintf("Otázka %d: jak se vám líbí?", q))
+	ab.Field(8).(*array.StringBuilder).Append(fmt.Sprintf("q%d", q))
+	ab.Field(9).(*array.Uint16Builder).Append(0)
+	if q%3 == 0 {
+		ab.Field(10).(*array.Int64Builder).Append(int64(q))
+		ab.Field(11).(*array.StringBuilder).Append("řádek")
+	} else {
+		ab.Field(10).(*array.Int64Builder).AppendNull()
+		ab.Field(11).(*array.StringBuilder).Append("")
+	}
+	ab.Field(12).(*array.Int64Builder).AppendNull()
+	ab.Field(13).(*array.StringBuilder).Append("")
+	ab.Field(14).(*array.Int64Builder).Append(5000 + int64(q))
+	ab.Field(15).(*array.StringBuilder).Append("Ano")
+	ab.Field(16).(*array.Int64Builder).AppendNull()
+	ab.Field(17).(*array.StringBuilder).Append(fmt.Sprintf("text v%d", r.Version))
+	ab.Field(18).(*array.Int64Builder).Append(int64(q))
+	ab.Field(19).(*array.StringBuilder).Append(status)
+	if r.Completed != nil {
+		ab.Field(20).(*array.TimestampBuilder).Append(arrow.Timestamp(r.Completed.UnixMilli()))
+	} else {
+		ab.Field(20).(*array.TimestampBuilder).AppendNull()
+	}
+	ab.Field(21).(*array.Uint64Builder).Append(r.Version)
+}

@@ -1,0 +1,266 @@
+package clickhouse
+
+import (
+	"bufio"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+)
+
+//go:embed migrations/*.sql
+var migrationsFS embed.FS
+
+// migration is one file migrations/NNNN_name.sql.
+type migration struct {
+	Version int
+	Name    string
+	File    string
+	Text    string
+}
+
+var migrationFileRE = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
+
+// loadMigrations reads every migrations/*.sql of fsys, sorted by version.
+// Two files with the same version are an error.
+func loadMigrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	seen := map[int]string{}
+	for _, file := range names {
+		base := path.Base(file)
+		m := migrationFileRE.FindStringSubmatch(base)
+		if m == nil {
+			return nil, fmt.Errorf("clickhouse: migration %s: name must look like NNNN_name.sql", file)
+		}
+		v, _ := strconv.Atoi(m[1])
+		if other, dup := seen[v]; dup {
+			return nil, fmt.Errorf("clickhouse: migrations %s and %s share version %d", other, base, v)
+		}
+		seen[v] = base
+		text, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{Version: v, Name: m[2], File: base, Text: string(text)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
+}
+
+// tmplData is what a migration template sees:
+//
+//	{{.DB}}                 the database name
+//	{{.OnCluster}}          "" or " ON CLUSTER <name>"
+//	{{.Cluster}}            "" or the cluster name
+//	{{.Local "t"}}          where rows of table t are stored: "db.t", or in
+//	                        cluster mode "db.t_local" (one per shard)
+//	{{.Distributed "t" "sharding key"}}
+//	                        "" on a single server; in cluster mode the
+//	                        statement creating the Distributed table db.t over
+//	                        db.t_local. Put it alone between ";" lines.
+//
+// A table every query and insert should see through its public name is
+// created as {{.Local "t"}} followed by {{.Distributed "t" "key"}}; views
+// read the public names. Tables only this daemon reads (schema_migrations)
+// may use {{.DB}}.t directly: in cluster mode they are then per node.
+type tmplData struct {
+	DB        string
+	OnCluster string
+	Cluster   string
+}
+
+func newTmplData(db, cluster string, onClusterDDL bool) tmplData {
+	d := tmplData{DB: db, Cluster: cluster}
+	if cluster != "" && onClusterDDL {
+		d.OnCluster = " ON CLUSTER " + cluster
+	}
+	return d
+}
+
+// Local is the storage table of the public table name.
+func (d tmplData) Local(name string) string {
+	if d.Cluster == "" {
+		return d.DB + "." + name
+	}
+	return d.DB + "." + name + "_local"
+}
+
+// Distributed is the DDL of the Distributed table name over its local
+// table, sharded by shardingKey; "" on a single server.
+func (d tmplData) Distributed(name, shardingKey string) string {
+	if d.Cluster == "" {
+		return ""
+	}
+	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s%s AS %s\nENGINE = Distributed(%s, %s, %s_local, %s)",
+		d.DB, name, d.OnCluster, d.Local(name), d.Cluster, d.DB, name, shardingKey)
+}
+
+// render executes a migration's template and splits it into statements: a
+// line holding only ";" separates them; lines starting with "--" are
+// dropped; empty statements are skipped.
+func render(m migration, d tmplData) ([]string, error) {
+	t, err := template.New(m.File).Option("missingkey=error").Parse(m.Text)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: migration %s: %w", m.File, err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, d); err != nil {
+		return nil, fmt.Errorf("clickhouse: migration %s: %w", m.File, err)
+	}
+	var stmts []string
+	var cur []string
+	flush := func() {
+		s := strings.TrimSpace(strings.Join(cur, "\n"))
+		if s != "" {
+			stmts = append(stmts, s)
+		}
+		cur = cur[:0]
+	}
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), " \t\r")
+		switch {
+		case strings.TrimSpace(line) == ";":
+			flush()
+		case strings.HasPrefix(strings.TrimSpace(line), "--"):
+		default:
+			cur = append(cur, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: migration %s: %w", m.File, err)
+	}
+	flush()
+	return stmts, nil
+}
+
+// bootstrap are the statements run before any migration.
+func bootstrap(d tmplData) []string {
+	return []string{
+		fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s%s", d.DB, d.OnCluster),
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.schema_migrations%s
+(
+    version UInt32,
+    name String,
+    applied_at DateTime('UTC')
+)
+ENGINE = ReplacingMergeTree(applied_at)
+ORDER BY version`, d.DB, d.OnCluster),
+	}
+}
+
+// migrate applies the migrations not yet recorded. Every statement is
+// idempotent (IF NOT EXISTS), and a migration is recorded only after all
+// its statements succeeded, so two daemons starting at once both apply the
+// same statements harmlessly, and a crash mid-migration re-applies it.
+func (s *Sink) migrate(ctx context.Context) error {
+	ms, err := loadMigrations(migrationsFS)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range bootstrap(s.tmpl) {
+		if err := s.execDDL(ctx, stmt); err != nil {
+			return fmt.Errorf("clickhouse: bootstrap %s: %w", s.opts.Database, err)
+		}
+	}
+	applied, err := s.appliedMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if applied[m.Version] {
+			continue
+		}
+		stmts, err := render(m, s.tmpl)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		for i, stmt := range stmts {
+			if err := s.execDDL(ctx, stmt); err != nil {
+				return fmt.Errorf("clickhouse: migration %s statement %d: %w", m.File, i+1, err)
+			}
+		}
+		if err := s.recordMigration(ctx, m); err != nil {
+			return fmt.Errorf("clickhouse: record migration %s: %w", m.File, err)
+		}
+		s.log.Info("migration applied", "version", m.Version, "name", m.Name,
+			"statements", len(stmts), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// recordMigration inserts m into schema_migrations. (A batch, not Exec of
+// INSERT … VALUES: ClickHouse 18 then waits for a data block that Exec never
+// sends.)
+func (s *Sink) recordMigration(ctx context.Context, m migration) error {
+	batch, err := s.conn.PrepareBatch(ctx, fmt.Sprintf(
+		"INSERT INTO %s.schema_migrations (version, name, applied_at)", s.opts.Database))
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	if err := batch.Append(uint32(m.Version), m.Name, time.Now().UTC()); err != nil {
+		return err
+	}
+	return batch.Send()
+}
+
+// appliedMigrations reads the versions recorded in schema_migrations.
+func (s *Sink) appliedMigrations(ctx context.Context) (map[int]bool, error) {
+	rows, err := s.conn.Query(ctx, fmt.Sprintf("SELECT DISTINCT version FROM %s.schema_migrations", s.opts.Database))
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read %s.schema_migrations: %w", s.opts.Database, err)
+	}
+	defer rows.Close()
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("clickhouse: read %s.schema_migrations: %w", s.opts.Database, err)
+		}
+		applied[int(v)] = true
+	}
+	return applied, rows.Err()
+}
+
+// execDDL runs one DDL statement. A concurrent daemon creating the same
+// object can make an IF NOT EXISTS statement fail with "already exists" on
+// old servers: that counts as success.
+func (s *Sink) execDDL(ctx context.Context, stmt string) error {
+	err := s.conn.Exec(ctx, stmt)
+	if err != nil && isAlreadyExists(err) && strings.Contains(stmt, "IF NOT EXISTS") {
+		s.log.Debug("object created concurrently", "error", err)
+		return nil
+	}
+	return err
+}
+
+// ClickHouse error codes used here.
+const (
+	codeTableAlreadyExists    = 57
+	codeDatabaseAlreadyExists = 82
+)
+
+func isAlreadyExists(err error) bool {
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		return ex.Code == codeTableAlreadyExists || ex.Code == codeDatabaseAlreadyExists
+	}
+	return false
+}
