@@ -23,45 +23,63 @@ type encOpts struct {
 }
 
 func appendJSONString(b []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		return appendJSONStringSlow(b, s)
+	}
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, s[start:i]...)
-				b = append(b, `\ufffd`...)
-				i += size
-				start = i
-				continue
-			}
-			i += size
+		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
 		b = append(b, s[start:i]...)
-		switch c {
-		case '"':
-			b = append(b, '\\', '"')
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexLower[c>>4], hexLower[c&0xf])
-		}
-		i++
-		start = i
+		b = appendEscape(b, c)
+		start = i + 1
 	}
 	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+func appendEscape(b []byte, c byte) []byte {
+	switch c {
+	case '"':
+		return append(b, '\\', '"')
+	case '\\':
+		return append(b, '\\', '\\')
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hexLower[c>>4], hexLower[c&0xf])
+}
+
+// appendJSONStringSlow also replaces invalid UTF-8 by U+FFFD, as
+// encoding/json does.
+func appendJSONStringSlow(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				b = append(b, c)
+			} else {
+				b = appendEscape(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
 	return append(b, '"')
 }
 

@@ -193,14 +193,21 @@ func (sv *survState) createdOf(id int32) int64 {
 	return sv.extras[int(id)-sv.gen.n].resp.DateCreated.UnixNano()
 }
 
+// ipItem is an in-progress generated response with its sort key.
+type ipItem struct {
+	created int64
+	guid    guid16
+	id      int32
+}
+
 // inProgress returns the generated responses being filled in at now
 // (created <= now < completed), not overridden, in list order.
-func (sv *survState) inProgress(q *listQuery, now int64) []int32 {
+func (sv *survState) inProgress(q *listQuery, now int64) []ipItem {
 	g := sv.gen
 	if g.n == 0 {
 		return nil
 	}
-	var out []int32
+	var out []ipItem
 	take := func(i int, h *header) {
 		if h.final == stPartial || h.created > now || h.completed <= now || !sv.exists(h, now) {
 			return
@@ -211,7 +218,7 @@ func (sv *survState) inProgress(q *listQuery, now int64) []int32 {
 		if _, over := sv.baseOver[int32(i)]; over {
 			return
 		}
-		out = append(out, int32(i))
+		out = append(out, ipItem{h.created, g.baseGUID(i), int32(i)})
 	}
 	// Ordinary ones started within maxShort (+1 s of truncation) of now.
 	from := (now - int64(maxShort) - int64(time.Second) - g.start) / g.interval
@@ -233,10 +240,7 @@ func (sv *survState) inProgress(q *listQuery, now int64) []int32 {
 		h := g.header(i)
 		take(i, &h)
 	}
-	slices.SortFunc(out, func(a, b int32) int {
-		ha, hb := g.header(int(a)), g.header(int(b))
-		return cmpKey(ha.created, g.baseGUID(int(a)), hb.created, g.baseGUID(int(b)))
-	})
+	slices.SortFunc(out, func(a, b ipItem) int { return cmpKey(a.created, a.guid, b.created, b.guid) })
 	return out
 }
 
@@ -249,14 +253,17 @@ func (sv *survState) mergeInProgress(a []int32, q *listQuery, now int64) []int32
 	}
 	out := make([]int32, 0, len(a)+len(ip))
 	rest := a
-	for _, id := range ip {
-		t, g := sv.gen.header(int(id)).created, sv.gen.baseGUID(int(id))
+	for _, it := range ip {
 		pos := sort.Search(len(rest), func(k int) bool {
-			tk, gk := sv.key(rest[k])
-			return cmpKey(tk, gk, t, g) >= 0
+			tk := sv.listTimeOf(rest[k])
+			if tk != it.created {
+				return tk > it.created
+			}
+			gk := sv.guidOf(rest[k])
+			return bytes.Compare(gk[:], it.guid[:]) >= 0
 		})
 		out = append(out, rest[:pos]...)
-		out = append(out, id)
+		out = append(out, it.id)
 		rest = rest[pos:]
 	}
 	return append(out, rest...)
