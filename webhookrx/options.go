@@ -68,9 +68,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 
 	// ProcessConcurrency is how many events are processed at once (started
-	// in spool order). Default 16: a Process call that waits for its
-	// pipeline batch to be flushed holds a worker that long, and concurrent
-	// calls share one batch. With 1, events are processed strictly in order.
+	// in spool order). Default 64: a Process call that waits for its
+	// pipeline batch to be flushed (up to the batch delay) holds a worker
+	// that long, so throughput is about ProcessConcurrency / batch delay;
+	// concurrent calls share one batch. With 1, events are processed
+	// strictly in order.
 	ProcessConcurrency int
 	// RetryInitial and RetryMax bound the backoff between attempts of a
 	// failing Process (doubling, with jitter). Defaults 500 ms and 1 min.
@@ -164,7 +166,7 @@ func (o Options) resolve() (*settings, error) {
 	def(&s.SpoolMaxBytes, 256<<20)
 	def(&s.SegmentBytes, 4<<20)
 	defInt(&s.DedupeIDs, 100_000)
-	defInt(&s.ProcessConcurrency, 16)
+	defInt(&s.ProcessConcurrency, 64)
 	defInt(&s.LogBatch, 1000)
 	defDur(&s.SignatureTolerance, 5*time.Minute)
 	defDur(&s.RetryAfter, time.Minute)
