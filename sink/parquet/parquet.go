@@ -340,8 +340,9 @@ func dayOf(ms int64) int64 {
 
 // partitioning assigns each row of a record to a partition.
 type partitioning struct {
-	keys []partKey // partitions in order of first appearance
-	rows []int32   // partition index of each row
+	keys []partKey    // partitions in order of first appearance
+	rows []int32      // partition index of each row
+	runs [][][2]int64 // per partition, its runs of rows [start, end); built by record
 }
 
 func (p *partitioning) add(k partKey, index map[partKey]int32) int32 {
@@ -473,18 +474,18 @@ func partitionAnswers(rec, responses arrow.Record, rp partitioning) (partitionin
 // record the caller releases: a zero-copy slice when they are contiguous,
 // else the concatenation of their runs.
 func (p *partitioning) record(i int, rec arrow.Record, mem memory.Allocator) (arrow.Record, error) {
-	var runs [][2]int64
-	for r := 0; r < len(p.rows); {
-		if p.rows[r] != int32(i) {
-			r++
-			continue
+	if p.runs == nil {
+		// Runs of consecutive rows of each partition, in one pass.
+		p.runs = make([][][2]int64, len(p.keys))
+		for r := 0; r < len(p.rows); {
+			k, start := p.rows[r], r
+			for r < len(p.rows) && p.rows[r] == k {
+				r++
+			}
+			p.runs[k] = append(p.runs[k], [2]int64{int64(start), int64(r)})
 		}
-		start := r
-		for r < len(p.rows) && p.rows[r] == int32(i) {
-			r++
-		}
-		runs = append(runs, [2]int64{int64(start), int64(r)})
 	}
+	runs := p.runs[i]
 	if len(runs) == 1 {
 		return rec.NewSlice(runs[0][0], runs[0][1]), nil
 	}
