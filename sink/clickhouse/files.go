@@ -1,0 +1,110 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+// FileIndex keeps the index of uploaded files in uploaded_files (migration
+// 0030) and implements files.Index for sink/blob's copier.
+type FileIndex struct{ s *Sink }
+
+// NewFileIndex returns the uploaded-files index on s.
+func NewFileIndex(s *Sink) *FileIndex { return &FileIndex{s: s} }
+
+var _ files.Index = (*FileIndex)(nil)
+
+// Record appends one row per record in one insert; it returns nil only once
+// they are written. A record without a Version gets the sink's next one.
+func (x *FileIndex) Record(ctx context.Context, recs []files.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	s := x.s
+	table := s.table("uploaded_files")
+	batch, err := s.Conn().PrepareBatch(s.insertCtx(ctx), "INSERT INTO "+table+
+		" (file_id, response_id, survey_id, question_id, object_url, file_name, size_bytes, sha256, content_type,"+
+		" stored_at, error, attempts, is_deleted, _version)")
+	if err != nil {
+		return fmt.Errorf("clickhouse: record uploaded files into %s: %w", table, err)
+	}
+	defer batch.Close()
+	for _, r := range recs {
+		v := r.Version
+		if v == 0 {
+			v = s.nextVersion()
+		}
+		at := r.StoredAt
+		if at.IsZero() {
+			at = time.Now()
+		}
+		var del uint8
+		if r.Deleted {
+			del = 1
+		}
+		if err := batch.Append(string(r.FileID), string(r.ResponseID), r.SurveyID, r.QuestionID, r.ObjectURL, r.FileName,
+			uint64(max(r.Size, 0)), r.SHA256, r.ContentType, at.UTC(), r.Error, uint32(max(r.Attempts, 0)), del, v); err != nil {
+			return fmt.Errorf("clickhouse: record uploaded files into %s: file %s: %w", table, r.FileID, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("clickhouse: record uploaded files into %s: %w", table, err)
+	}
+	return nil
+}
+
+const fileColumns = "toString(file_id), toString(response_id), survey_id, question_id, object_url, file_name, size_bytes," +
+	" sha256, content_type, stored_at, error, attempts, _version"
+
+// Pending lists up to limit live files not stored yet (error set), oldest
+// attempt first, from uploaded_files_current.
+func (x *FileIndex) Pending(ctx context.Context, limit int) ([]files.Record, error) {
+	if limit <= 0 {
+		limit = 10_000
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE error != '' ORDER BY stored_at LIMIT %d",
+		fileColumns, x.s.table("uploaded_files_current"), limit)
+	return x.query(ctx, "list pending uploaded files", q)
+}
+
+// FilesOf returns the live (not deleted) files of a response.
+func (x *FileIndex) FilesOf(ctx context.Context, surveyID int64, responseID survey.GUID) ([]files.Record, error) {
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE survey_id = ? AND response_id = toUUID(?) ORDER BY file_id",
+		fileColumns, x.s.table("uploaded_files_current"))
+	return x.query(ctx, "list uploaded files of response "+string(responseID), q, surveyID, string(responseID))
+}
+
+func (x *FileIndex) query(ctx context.Context, what, q string, args ...any) ([]files.Record, error) {
+	rows, err := x.s.Conn().Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: %s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []files.Record
+	for rows.Next() {
+		var (
+			r             files.Record
+			fid, rid      string
+			size          uint64
+			attempts      uint32
+			storedAt      time.Time
+			version       uint64
+			surveyID, qid int64
+		)
+		if err := rows.Scan(&fid, &rid, &surveyID, &qid, &r.ObjectURL, &r.FileName, &size, &r.SHA256, &r.ContentType,
+			&storedAt, &r.Error, &attempts, &version); err != nil {
+			return nil, fmt.Errorf("clickhouse: %s: %w", what, err)
+		}
+		r.FileRef = files.FileRef{SurveyID: surveyID, ResponseID: survey.GUID(rid), QuestionID: qid, FileID: survey.GUID(fid)}
+		r.Size, r.Attempts, r.StoredAt, r.Version = int64(size), int(attempts), storedAt.UTC(), version
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: %s: %w", what, err)
+	}
+	return out, nil
+}
