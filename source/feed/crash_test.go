@@ -82,7 +82,7 @@ func TestCrashMidFile(t *testing.T) {
 
 	// Restart on the same folder and ledger.
 	svc.Delay = 0
-	e := newEnv(t, svc, ledgerDir, 5*time.Second, csvFeed(dir))
+	e := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, csvFeed(dir))
 	ctx := context.Background()
 	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
 		t.Fatal(err)

@@ -67,14 +67,14 @@ type env struct {
 	ledgerDir string
 }
 
-func newEnv(t testing.TB, svc *feedtest.Service, ledgerDir string, timeout time.Duration, feeds ...feed.Options) *env {
+func newEnv(t testing.TB, url string, ledgerDir string, timeout time.Duration, feeds ...feed.Options) *env {
 	t.Helper()
 	l, err := feed.NewFileLedger(ledgerDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	e := &env{svc: svc, api: newClient(t, svc.URL(), timeout), ledger: l, reg: prometheus.NewRegistry(), ledgerDir: ledgerDir}
+	e := &env{api: newClient(t, url, timeout), ledger: l, reg: prometheus.NewRegistry(), ledgerDir: ledgerDir}
 	e.runner, err = feed.NewRunner(feed.RunnerOptions{Feeds: feeds, API: e.api, Ledger: l, Registerer: e.reg,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestCSV10kOnceAndRedrop(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
 	dir := t.TempDir()
-	e := newEnv(t, svc, t.TempDir(), 5*time.Second, csvFeed(dir))
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, csvFeed(dir))
 	good, bad := genCSV(t, filepath.Join(dir, "kontakty.csv"), 10000, true)
 	ctx := context.Background()
 	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
@@ -233,7 +233,7 @@ func TestCSV10kOnceAndRedrop(t *testing.T) {
 		t.Fatalf("re-drop report: %+v", reps[len(reps)-1].Summary)
 	}
 	// A fresh runner on the same ledger (a restart) also skips everything.
-	e2 := newEnv(t, svc, e.ledgerDir, 5*time.Second, csvFeed(dir))
+	e2 := newEnv(t, svc.URL(), e.ledgerDir, 5*time.Second, csvFeed(dir))
 	genCSV(t, filepath.Join(dir, "again.csv"), 10000, true)
 	if err := e2.runner.RunOnce(ctx, "crm"); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestMalformedFileGoesToFailed(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
 	dir := t.TempDir()
-	e := newEnv(t, svc, t.TempDir(), 5*time.Second, csvFeed(dir))
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, csvFeed(dir))
 	os.WriteFile(filepath.Join(dir, "empty.csv"), nil, 0o644)
 	os.WriteFile(filepath.Join(dir, "wrong.csv"), []byte("a,b,c\n1,2,3\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "ignored.xlsx"), []byte("PK"), 0o644)
@@ -319,7 +319,7 @@ func TestStormsLoseAndDuplicateNothing(t *testing.T) {
 	dir := t.TempDir()
 	o := csvFeed(dir)
 	o.Concurrency = 16
-	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o)
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o)
 	good, _ := genCSV(t, filepath.Join(dir, "storm.csv"), 2000, false)
 	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
 		t.Fatal(err)
@@ -356,7 +356,7 @@ func TestRejectsAndUncertainAndResolve(t *testing.T) {
 	ledgerDir := t.TempDir()
 	o := csvFeed(dir)
 	o.Concurrency = 1 // call n == row n
-	e := newEnv(t, svc, ledgerDir, 300*time.Millisecond, o)
+	e := newEnv(t, svc.URL(), ledgerDir, 300*time.Millisecond, o)
 	genCSV(t, filepath.Join(dir, "a.csv"), 20, false)
 	ctx := context.Background()
 	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
@@ -436,7 +436,7 @@ func TestHTTPFeed(t *testing.T) {
 		Mapping:   map[string]string{"phone": "tel", "first_name": "name", "user_field1": "id", "import_number": "batch"},
 		DedupeKey: "id", HTTP: feed.HTTPOptions{Path: "/feeds/web", Token: "s3cret"},
 		Send: feed.SendOptions{MessageID: 3, Schedule: feed.Schedule{Policy: feed.PolicyDelay, Delay: time.Hour}}}
-	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o)
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o)
 	srv := httptest.NewServer(e.runner.Handler())
 	defer srv.Close()
 	post := func(token, body string) (int, feed.HTTPResponse) {
@@ -507,7 +507,7 @@ func TestDryRunAndJSONL(t *testing.T) {
 	dir := t.TempDir()
 	o := csvFeed(dir)
 	o.Mapping = map[string]string{"email": "email", "first_name": "first", "last_name": "last", "user_field1": "ID"}
-	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o)
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o)
 	os.WriteFile(filepath.Join(dir, "x.jsonl"), []byte(
 		`{"ID": "a1", "email": "a1@example.cz", "first": "Adam", "last": "Novák"}
 {"ID": "a2", "email": "not-an-email", "first": "Eva", "last": "Nová"}
@@ -553,7 +553,7 @@ func TestRunPollsAndStops(t *testing.T) {
 	o.Interval = 20 * time.Millisecond
 	h := feed.Options{Name: "web", Type: feed.TypeHTTP, DistributionID: dist, Mapping: map[string]string{"email": "e"},
 		HTTP: feed.HTTPOptions{Path: "/p", Token: "t", Listen: "127.0.0.1:0"}}
-	e := newEnv(t, svc, t.TempDir(), 5*time.Second, o, h)
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.runner.Run(ctx) }()
