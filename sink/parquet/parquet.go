@@ -27,7 +27,8 @@
 // ".tmp" in its partition folder, fsynced, renamed to its final name, and the
 // folder fsynced: a reader never sees a partial file, and no reader glob
 // ending in ".parquet" matches a temporary one. Open removes temporary files
-// left by a crash. Write writes a batch's answers files before its responses
+// left by a crash in its own folders (responses, answers, _state; not, say,
+// a files store under the same dir). Write writes a batch's answers files before its responses
 // files and returns only once all are durable, so a response row that is
 // visible always has its answers rows of that version visible too. The state
 // files are replaced the same way (temp, fsync, rename, fsync folder).
@@ -165,9 +166,15 @@ func Open(o Options) (*Sink, error) {
 			return nil, fmt.Errorf("parquet sink: %w", err)
 		}
 	}
-	removed, err := removeTempFiles(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("parquet sink: clean up temporary files in %s: %w", o.Dir, err)
+	// Only the sink's own folders: others (the default files store) may
+	// live under Dir too.
+	removed := 0
+	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName} {
+		n, err := removeTempFiles(filepath.Join(o.Dir, d))
+		if err != nil {
+			return nil, fmt.Errorf("parquet sink: clean up temporary files in %s: %w", filepath.Join(o.Dir, d), err)
+		}
+		removed += n
 	}
 	if removed > 0 {
 		s.log.Info("parquet sink removed temporary files of interrupted writes", "dir", o.Dir, "files", removed)

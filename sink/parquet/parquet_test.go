@@ -377,6 +377,15 @@ func TestNoPartialFileVisible(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(dir, "answers", "*", "*", "*.parquet")); slices.Contains(m, leftover) {
 		t.Fatal("glob *.parquet matches a temporary file")
 	}
+	// Other stores under the same folder (the default files store) keep
+	// their temporary files.
+	foreign := filepath.Join(dir, "files", ".upload-1"+tmpSuffix)
+	if err := os.MkdirAll(filepath.Dir(foreign), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(foreign, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s.Close()
 	s2, err := Open(Options{Dir: dir, Allocator: mem})
 	if err != nil {
@@ -385,6 +394,9 @@ func TestNoPartialFileVisible(t *testing.T) {
 	defer s2.Close()
 	if _, err := os.Stat(leftover); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Open left %s: %v", leftover, err)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Fatalf("Open touched %s outside its folders: %v", foreign, err)
 	}
 	// The retry completes the batch.
 	if err := s2.Write(context.Background(), b); err != nil {
