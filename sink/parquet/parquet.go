@@ -28,10 +28,11 @@
 // folder fsynced: a reader never sees a partial file, and no reader glob
 // ending in ".parquet" matches a temporary one. Open removes temporary files
 // left by a crash in its own folders (responses, answers, _state; not, say,
-// a files store under the same dir). Write writes a batch's answers files before its responses
-// files and returns only once all are durable, so a response row that is
-// visible always has its answers rows of that version visible too. The state
-// files are replaced the same way (temp, fsync, rename, fsync folder).
+// a files store under the same dir). Write writes a batch's answers files
+// before its responses files and returns only once all are durable, so a
+// response row that is visible always has its answers rows of that version
+// visible too. The state files are replaced the same way (temp, fsync,
+// rename, fsync folder).
 //
 // # Querying
 //
@@ -73,6 +74,7 @@
 //
 // The sink never compacts: each batch adds one file per table and partition.
 // Large batches (the pipeline's max_rows/max_bytes) keep the count low.
+// docs/parquet.md says the same for users.
 package parquet
 
 import (
