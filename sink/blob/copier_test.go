@@ -19,6 +19,7 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/blob/blobtest"
 )
 
 func TestMain(m *testing.M) {
@@ -39,7 +40,7 @@ func stores(t *testing.T, fn func(t *testing.T, st *Store)) {
 		fn(t, st)
 	})
 	t.Run("s3", func(t *testing.T) {
-		v := startVersity(t)
+		v := blobtest.Start(t)
 		fn(t, s3Store(t, v, "surveysync-files"))
 	})
 }
@@ -134,7 +135,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // On S3, the raw metadata header is ASCII: gocloud percent-encodes values.
 func TestS3MetadataIsASCII(t *testing.T) {
-	v := startVersity(t)
+	v := blobtest.Start(t)
 	st := s3Store(t, v, "ascii")
 	fs := newFileServer(t)
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000001")
@@ -458,7 +459,7 @@ func TestMarkDeleted(t *testing.T) {
 // The S3 server goes away for a while: copies fail, are retried, and every
 // file arrives once it is back.
 func TestS3OutageLosesNothing(t *testing.T) {
-	v := startVersity(t)
+	v := blobtest.Start(t)
 	st := s3Store(t, v, "outage")
 	fs := newFileServer(t)
 	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
@@ -470,14 +471,14 @@ func TestS3OutageLosesNothing(t *testing.T) {
 	c.HandleResponse(context.Background(), first)
 	waitFor(t, 10*time.Second, "first batch stored", c.Idle)
 
-	v.stop()
+	v.Stop()
 	second := responseWithFiles(fs, 3, guid(0xaaa00000, 7), 6, 2<<20)
 	c.HandleResponse(context.Background(), second)
 	waitFor(t, 10*time.Second, "failures while S3 is down", func() bool {
 		return testutil.ToFloat64(c.m.failures.WithLabelValues(ReasonStore)) >= 6
 	})
 	time.Sleep(300 * time.Millisecond)
-	v.start(t)
+	v.Restart(t)
 	waitFor(t, 20*time.Second, "every file stored after the outage", func() bool {
 		for _, r := range append(files.FindFiles(first, nil), files.FindFiles(second, nil)...) {
 			if rec, ok := ix.Get(r); !ok || !rec.Stored() {

@@ -10,12 +10,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"mime"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,11 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/blob/blobtest"
 )
 
 // ---- a file server shaped like spec §4.5 ----
@@ -183,97 +178,14 @@ func fileStore(t testing.TB) (*Store, string) {
 	return st, dir
 }
 
-const (
-	testAccessKey = "surveysynctest"
-	testSecretKey = "surveysync-test-secret"
-)
-
-// versity is a Versity S3 Gateway process on 127.0.0.1 with a posix
-// backend in a temporary folder.
-type versity struct {
-	bin, dir, addr string
-	cmd            *exec.Cmd
-	done           chan struct{}
-}
-
-func versityBinary() string {
-	if p := os.Getenv("SURVEYSYNC_TEST_VERSITYGW"); p != "" {
-		return p
-	}
-	p, _ := exec.LookPath("versitygw")
-	return p
-}
-
-// startVersity starts the gateway or skips the test when it is not installed.
-func startVersity(t testing.TB) *versity {
-	bin := versityBinary()
-	if bin == "" {
-		t.Skip("versitygw not installed (PATH or SURVEYSYNC_TEST_VERSITYGW); .ci/run installs it")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	v := &versity{bin: bin, dir: t.TempDir(), addr: addr}
-	v.start(t)
-	t.Cleanup(v.stop)
-	return v
-}
-
-func (v *versity) start(t testing.TB) {
-	t.Helper()
-	cmd := exec.Command(v.bin, "--access", testAccessKey, "--secret", testSecretKey, "--port", v.addr, "--quiet", "posix", v.dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start versitygw: %v", err)
-	}
-	v.cmd, v.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); close(done) }(v.done)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", v.addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			v.stop()
-			t.Fatalf("versitygw did not listen on %s: %v", v.addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (v *versity) stop() {
-	if v.cmd == nil {
-		return
-	}
-	v.cmd.Process.Kill()
-	<-v.done
-	v.cmd = nil
-}
-
-func (v *versity) url(bucket string) string {
-	return "s3://" + bucket + "?endpoint=http://" + v.addr + "&region=us-east-1&use_path_style=true"
-}
-
 // s3Store opens a fresh bucket on v.
-func s3Store(t testing.TB, v *versity, bucket string) *Store {
-	ctx := context.Background()
-	st, err := OpenStore(ctx, StoreOptions{URL: v.url(bucket), AccessKey: testAccessKey, SecretKey: testSecretKey})
+func s3Store(t testing.TB, v *blobtest.Versity, bucket string) *Store {
+	v.CreateBucket(t, bucket)
+	st, err := OpenStore(context.Background(), StoreOptions{URL: v.URL(bucket), AccessKey: blobtest.AccessKey, SecretKey: blobtest.SecretKey})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	var client *s3.Client
-	if !st.Bucket().As(&client) {
-		t.Fatal("bucket is not s3")
-	}
-	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		t.Fatalf("create bucket %s: %v", bucket, err)
-	}
 	return st
 }
 
