@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,14 +35,19 @@ var surveyNames = []string{
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "surveysim:", err)
+		stop()
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run serves until ctx is done (SIGINT or SIGTERM in main).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("surveysim", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8089", "address to listen on (port 0 picks a free one)")
 	token := fs.String("token", envOr("SURVEYSIM_TOKEN", "sim-token"), "accepted X-API-TOKEN (env SURVEYSIM_TOKEN)")
 	surveys := fs.Int("surveys", 3, "number of generated surveys")
@@ -65,7 +71,7 @@ func run(args []string) error {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	now := time.Now()
 	specs := make([]sim.SurveySpec, *surveys)
 	for k := range specs {
@@ -87,15 +93,13 @@ func run(args []string) error {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	fmt.Printf("http://%s/v1\n", ln.Addr())
+	fmt.Fprintf(stdout, "http://%s/v1\n", ln.Addr())
 	for _, sp := range specs {
 		log.Info("survey", "id", sp.ID, "name", sp.Name, "responses", sp.Responses,
 			"email_distribution", sim.DistributionID(sp.ID, "email"), "cati_distribution", sim.DistributionID(sp.ID, "cati"))
 	}
 	log.Info("serving", "base_url", fmt.Sprintf("http://%s/v1", ln.Addr()), "control", fmt.Sprintf("http://%s/_sim/", ln.Addr()))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -261,8 +261,7 @@ func (c *call) listResponses(seg []string) {
 	defer s.mu.RUnlock()
 	ids := sv.list(&q, now)
 	total := len(ids)
-	from := min((q.page-1)*q.perPage, total)
-	to := min(from+q.perPage, total)
+	from, to := pageBounds(q.page, q.perPage, total)
 	page := ids[from:to]
 	scheme := "http"
 	if c.r.TLS != nil {

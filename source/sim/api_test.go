@@ -208,6 +208,16 @@ func TestListFiltersAndValidation(t *testing.T) {
 	if a, b := e.listAll("status=partial", 1000), e.listAll("status=partial&"+q, 1000); len(a) != len(b) {
 		t.Fatalf("completed filters changed the partial list: %d vs %d", len(a), len(b))
 	}
+	// An inverted window is empty, not an error; absurd pages are empty.
+	inv := "start_started_at=" + url.QueryEscape(survey.FormatTime(s1)) + "&end_started_at=" + url.QueryEscape(survey.FormatTime(s0))
+	for _, st := range []string{"completed", "partial"} {
+		if l := e.list(inv + "&status=" + st); l.Total != 0 {
+			t.Fatalf("inverted window on %s: total %d", st, l.Total)
+		}
+	}
+	if l := e.list("page=4611686018427387904&per_page=1000"); len(l.Data) != 0 || l.Total == 0 {
+		t.Fatalf("huge page: %d items, total %d", len(l.Data), l.Total)
+	}
 	// Date-only filters are accepted.
 	e.list("start_completed_at=2026-10-31")
 	for _, bad := range []string{"per_page=0", "per_page=1001", "per_page=x", "page=0", "page=-1", "status=deleted", "status=done", "start_completed_at=yesterday", "end_started_at=2026-13-01T00:00:00Z"} {

@@ -477,7 +477,7 @@ func (s *Sim) shift(surveyID int64, q *listQuery) {
 	}
 	sv.ensureBuilt()
 	ids := sv.list(q, now)
-	off := min((q.page-1)*q.perPage, len(ids))
+	off, _ := pageBounds(q.page, q.perPage, len(ids))
 	if off == 0 {
 		s.mu.Unlock()
 		return

@@ -147,7 +147,7 @@ func (sv *survState) list(q *listQuery, now int64) []int32 {
 			lo = sv.searchTime(a[:hi], q.startStarted, false)
 		}
 		if q.hasES {
-			hi = sv.searchTime(a[:hi], q.endStarted, true)
+			hi = max(lo, sv.searchTime(a[:hi], q.endStarted, true))
 		}
 		a = a[lo:hi]
 		if sv.endedAt != 0 {
@@ -267,6 +267,16 @@ func (sv *survState) mergeInProgress(a []int32, q *listQuery, now int64) []int32
 		rest = rest[pos:]
 	}
 	return append(out, rest...)
+}
+
+// pageBounds returns the slice bounds of page (1-based) of size perPage in
+// a list of total items, without overflowing for absurd page numbers.
+func pageBounds(page, perPage, total int) (int, int) {
+	if page-1 >= (total+perPage-1)/perPage {
+		return total, total
+	}
+	from := (page - 1) * perPage
+	return from, min(from+perPage, total)
 }
 
 // guidOf returns the GUID of a list id.
