@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,13 @@ import (
 func TestStatusFaults(t *testing.T) {
 	e := newEnv(t, nil)
 	id := truthList(t, e.sim, 4574, "completed", nil)[0]
+	var fileRID, fileID survey.GUID
+	for r := range e.sim.Responses(4574) {
+		if a := r.Pages[3].Questions[0].Answers; len(a) > 0 {
+			fileRID, fileID = r.ResponseID, survey.GUID(*a[0].Text)
+			break
+		}
+	}
 	paths := map[string]func() answer{
 		OpListResponses: func() answer { return e.get("/v1/surveys/4574/responses") },
 		OpGetResponse:   func() answer { return e.get("/v1/surveys/4574/responses/" + string(id)) },
@@ -22,6 +30,9 @@ func TestStatusFaults(t *testing.T) {
 			return e.do("POST", "/v1/distributions/45742/contacts", map[string]string{"email": "a@example.cz"})
 		},
 		OpSendMessage: func() answer { return e.do("POST", "/v1/distributions/45742/messages/9/send", map[string]string{}) },
+		OpDownloadFile: func() answer {
+			return e.get("/v1/surveys/4574/responses/" + string(fileRID) + "/uploaded-files/" + string(fileID))
+		},
 	}
 	for op, call := range paths {
 		for _, kind := range []string{"429", "500", "502", "503", "402", "401", "403"} {
@@ -285,5 +296,37 @@ func TestDownloadFileAndReset(t *testing.T) {
 	}
 	if len(b) >= 10_000 {
 		t.Fatalf("got %d bytes despite the reset", len(b))
+	}
+}
+
+func TestHundredMegabyteFileStreamsWithFlatMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams 100 MB")
+	}
+	e := newEnv(t, func(o *Options) { o.Surveys[0].FileSize = 100 << 20 })
+	var rid, fid survey.GUID
+	for r := range e.sim.Responses(4574) {
+		if a := r.Pages[3].Questions[0].Answers; len(a) > 0 {
+			rid, fid = r.ResponseID, survey.GUID(*a[0].Text)
+			break
+		}
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/surveys/4574/responses/"+string(rid)+"/uploaded-files/"+string(fid), nil)
+	req.Header.Set("X-API-TOKEN", testToken)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != 100<<20 || resp.ContentLength != 100<<20 {
+		t.Fatalf("read %d bytes (length %d): %v", n, resp.ContentLength, err)
+	}
+	runtime.ReadMemStats(&m1)
+	if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 8<<20 {
+		t.Fatalf("serving a 100 MB file allocated %d MB", alloc>>20)
 	}
 }
