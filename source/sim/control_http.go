@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
@@ -141,6 +142,24 @@ func (s *Sim) controlMux() *http.ServeMux {
 			return
 		}
 		writeJSON(w, 200, map[string]any{"response_id": rid, "deleted": true, "purged": purge})
+	})
+	m.HandleFunc("GET /_sim/clock", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]string{"now": survey.FormatTime(s.Now())})
+	})
+	m.HandleFunc("POST /_sim/clock", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Advance string `json:"advance"`
+		}
+		if !readJSON(w, r, &body, false) {
+			return
+		}
+		d, err := time.ParseDuration(body.Advance)
+		if err != nil {
+			writeJSON(w, 400, map[string]string{"error": "advance: want a Go duration like \"90m\""})
+			return
+		}
+		s.AdvanceClock(d)
+		writeJSON(w, 200, map[string]string{"now": survey.FormatTime(s.Now())})
 	})
 	m.HandleFunc("GET /_sim/faults", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.Faults()) })
 	m.HandleFunc("POST /_sim/faults", func(w http.ResponseWriter, r *http.Request) {

@@ -282,6 +282,17 @@ func TestControlHTTP(t *testing.T) {
 	ctl("GET", "/_sim/sends", nil, 200, nil)
 	ctl("GET", "/_sim/webhooks", nil, 200, nil)
 	ctl("GET", "/_sim/nope", nil, 404, nil)
+	before := e.list("per_page=1").Total
+	var clk map[string]string
+	ctl("POST", "/_sim/clock", map[string]string{"advance": "48h"}, 200, &clk)
+	if clk["now"] != survey.FormatTime(e.clk.Now().Add(48*time.Hour)) {
+		t.Fatalf("clock %v", clk)
+	}
+	if after := e.list("per_page=1").Total; after <= before {
+		t.Fatalf("advancing the clock brought nothing: %d -> %d", before, after)
+	}
+	ctl("POST", "/_sim/clock", map[string]string{"advance": "soon"}, 400, nil)
+	ctl("GET", "/_sim/clock", nil, 200, nil)
 	a := e.get("/_sim/surveys/4574/responses")
 	lines := strings.Split(strings.TrimSpace(string(a.body)), "\n")
 	n := 0

@@ -101,6 +101,7 @@ type Sim struct {
 	log    *slog.Logger
 	key    uint64
 	reqSeq atomic.Uint64
+	skew   atomic.Int64 // AdvanceClock's total, added to Options.Now
 
 	mu      sync.RWMutex
 	surveys map[int64]*survState
@@ -189,12 +190,12 @@ func New(o Options) (*Sim, error) {
 	}
 	s := &Sim{
 		opts:     o,
-		now:      o.Now,
 		log:      o.Logger,
 		key:      mix64(uint64(o.Seed) ^ 0x5eed5eed),
 		surveys:  map[int64]*survState{},
 		contacts: map[int64][]*contactRec{},
 	}
+	s.now = func() time.Time { return o.Now().Add(time.Duration(s.skew.Load())) }
 	s.contactID = 554784
 	s.faults.rng = newRNG(uint64(o.Seed), 0xfa17)
 	now := o.Now()
@@ -284,6 +285,14 @@ func (s *Sim) Close() {
 	s.wg.Wait()
 	s.wh.close()
 }
+
+// Now returns the data clock: Options.Now plus every AdvanceClock.
+func (s *Sim) Now() time.Time { return s.now() }
+
+// AdvanceClock moves the data clock forward by d (for the stand-alone
+// server, whose clock is the real one): responses due in that time arrive.
+// A negative d moves it back.
+func (s *Sim) AdvanceClock(d time.Duration) { s.skew.Add(int64(d)) }
 
 // nowNS is the data clock in unix nanoseconds.
 func (s *Sim) nowNS() int64 { return s.now().UnixNano() }
