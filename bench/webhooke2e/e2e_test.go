@@ -1,0 +1,304 @@
+// Package webhooke2e measures the webhook path end to end: the emulator
+// sends response_received on the service's (scaled) schedule, webhookrx
+// spools it, a Processor hands it to the pipeline (fetch through surveyapi,
+// flatten, batch, write to ClickHouse) while a backfill of another survey
+// runs through the same pipeline, and the test polls responses_current until
+// the row is visible. It needs a ClickHouse server
+// (SURVEYSYNC_TEST_CLICKHOUSE_ADDR) and skips without one.
+//
+//	SURVEYSYNC_TEST_CLICKHOUSE_ADDR=127.0.0.1:9000 go test -run WebhookToRow -v ./bench/webhooke2e
+package webhooke2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/webhookrx"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	backfillSurvey = 4574
+	liveSurvey     = 4575
+)
+
+func TestWebhookToRowLatency(t *testing.T) {
+	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+	if addr == "" {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
+	if testing.Short() {
+		t.Skip("end-to-end benchmark")
+	}
+	live, backfill := envInt("E2E_LIVE", 200), envInt("E2E_BACKFILL", 20000)
+	interval := 50 * time.Millisecond // one live response every 50 ms: 20/s
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// ClickHouse, on a fresh database.
+	var rb [6]byte
+	rand.Read(rb[:])
+	db := "test_webhooke2e_" + hex.EncodeToString(rb[:])
+	sink, err := clickhouse.Open(ctx, clickhouse.Options{Addr: []string{addr}, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sink.Conn().Exec(context.Background(), "DROP DATABASE IF EXISTS "+db); err != nil {
+			t.Errorf("drop %s: %v", db, err)
+		}
+		sink.Close()
+	}()
+	wl := clickhouse.NewWebhookLog(sink)
+	eventLog := webhookrx.EventLogFunc(func(ctx context.Context, es []webhookrx.LogEntry) error {
+		rows := make([]clickhouse.WebhookEvent, len(es))
+		for i, e := range es {
+			rows[i] = clickhouse.WebhookEvent(e)
+		}
+		return wl.LogWebhookEvents(ctx, rows)
+	})
+
+	// The pipeline, fed by the receiver's Processor and by the backfill.
+	// pl carries the backfill; whpl the webhooks: the same pipeline, or with
+	// E2E_SEPARATE=1 a second one on the same sink (a fast lane).
+	var pl, whpl *pipeline.Pipeline
+	var procMu sync.Mutex
+	var procDur, recvLag []time.Duration
+	proc := webhookrx.ProcessorFunc(func(ctx context.Context, ev webhookrx.Event) error {
+		if ev.Kind() != webhookrx.KindResponseReceived {
+			return nil
+		}
+		t0 := time.Now()
+		defer func() { procMu.Lock(); procDur = append(procDur, time.Since(t0)); recvLag = append(recvLag, t0.Sub(ev.ReceivedAt)); procMu.Unlock() }()
+		done := make(chan error, 1)
+		err := whpl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
+			Done: func(err error) { done <- err }})
+		if err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	rx, err := webhookrx.New(webhookrx.Options{
+		Listen: "127.0.0.1:0", Path: "/hooks/e2e-0123456789abcdef", SpoolDir: t.TempDir(),
+	}, proc, eventLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The emulator: the survey being backfilled, and the live one.
+	var s *sim.Sim
+	rxCtx, rxStop := context.WithCancel(context.Background())
+	rxDone := make(chan error, 1)
+	go func() { rxDone <- rx.Run(rxCtx) }()
+	for rx.Addr() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	s, err = sim.New(sim.Options{
+		Surveys: []sim.SurveySpec{
+			{ID: backfillSurvey, Responses: backfill, Interval: time.Second},
+			{ID: liveSurvey, Responses: 0},
+		},
+		WebhookURL:      "http://" + rx.Addr() + "/hooks/e2e-0123456789abcdef",
+		WebhookSchedule: []time.Duration{0, 30 * time.Millisecond, 300 * time.Millisecond, 3 * time.Second, 36 * time.Second, 864 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(s.Handler())
+	client, err := surveyapi.New(surveyapi.Options{BaseURL: api.URL + "/v1", Token: "e2e", UserAgent: "surveysync-e2e (ops@example.com)", MaxConcurrency: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl = pipeline.New(pipeline.Options{MaxDelay: 200 * time.Millisecond}, client, sink)
+	whpl = pl
+	separate := os.Getenv("E2E_SEPARATE") == "1"
+	if separate {
+		whpl = pipeline.New(pipeline.Options{MaxDelay: 100 * time.Millisecond}, client, sink)
+	}
+	plCtx, plStop := context.WithCancel(context.Background())
+	plDone := make(chan error, 2)
+	go func() { plDone <- pl.Run(plCtx) }()
+	if separate {
+		go func() { plDone <- whpl.Run(plCtx) }()
+	}
+	defer func() {
+		// Senders first, then the receiver (its in-flight Process calls
+		// finish through the running pipeline), then the pipeline.
+		s.Close()
+		rxStop()
+		if err := <-rxDone; err != nil {
+			t.Errorf("receiver: %v", err)
+		}
+		pl.CloseInput()
+		whpl.CloseInput()
+		for range 1 + btoi(separate) {
+			if err := <-plDone; err != nil {
+				t.Errorf("pipeline: %v", err)
+			}
+		}
+		plStop()
+		client.Close()
+		api.Close()
+	}()
+
+	// The backfill: every response of the first survey, as the poller would.
+	var backfilled atomic.Int64
+	var bfWG sync.WaitGroup
+	bfWG.Add(1)
+	go func() {
+		defer bfWG.Done()
+		for r := range s.Responses(backfillSurvey) {
+			err := pl.Submit(ctx, pipeline.Ref{SurveyID: backfillSurvey, ResponseID: r.ResponseID, Source: "poll",
+				Done: func(err error) {
+					if err == nil {
+						backfilled.Add(1)
+					}
+				}})
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); bfWG.Wait() }()
+
+	// Live responses, one per interval; the watcher polls responses_current.
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	seen := map[string]time.Duration{}
+	var queryDur []time.Duration
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		q := fmt.Sprintf("SELECT toString(response_id) FROM %s.responses_current WHERE survey_id = %d", db, liveSurvey)
+		for {
+			q0 := time.Now()
+			rows, err := sink.Conn().Query(ctx, q)
+			if err != nil {
+				t.Errorf("watch: %v", err)
+				return
+			}
+			now := time.Now()
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					t.Errorf("watch: %v", err)
+				}
+				mu.Lock()
+				if at, ok := sent[id]; ok {
+					if _, dup := seen[id]; !dup {
+						seen[id] = now.Sub(at)
+					}
+				}
+				mu.Unlock()
+			}
+			rows.Close()
+			qd := time.Since(q0)
+			mu.Lock()
+			queryDur = append(queryDur, qd)
+			mu.Unlock()
+			mu.Lock()
+			all := len(seen) == live
+			mu.Unlock()
+			if all || ctx.Err() != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	time.Sleep(time.Second) // let the backfill get going
+	start := time.Now()
+	for range live {
+		mu.Lock()
+		r, err := s.AddResponse(liveSurvey, survey.Response{})
+		if err != nil {
+			mu.Unlock()
+			t.Fatal(err)
+		}
+		sent[strings.ToLower(string(r.ResponseID))] = time.Now()
+		mu.Unlock()
+		time.Sleep(interval)
+	}
+	<-watchDone
+	elapsed := time.Since(start)
+	mu.Lock()
+	lat := make([]time.Duration, 0, len(seen))
+	for _, d := range seen {
+		lat = append(lat, d)
+	}
+	mu.Unlock()
+	if len(lat) != live {
+		t.Fatalf("%d of %d live responses became visible", len(lat), live)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("separate webhook pipeline: %v", separate)
+	t.Logf("webhook → row in responses_current: %d responses at %.0f/s during a backfill of %d (%d written meanwhile): p50 %s, p99 %s, max %s",
+		live, float64(live)/elapsed.Seconds(), backfill, backfilled.Load(), p50.Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	pct := func(d []time.Duration) string {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		if len(d) == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("p50 %s p99 %s", d[len(d)/2].Round(time.Millisecond), d[len(d)*99/100].Round(time.Millisecond))
+	}
+	procMu.Lock()
+	t.Logf("parts: Process (submit→durable) %s; receive→Process %s; watcher query %s", pct(procDur), pct(recvLag), pct(queryDur))
+	procMu.Unlock()
+	if p50 > time.Second || p99 > 3*time.Second {
+		t.Errorf("targets missed: p50 %s (< 1s), p99 %s (< 3s)", p50, p99)
+	}
+	// Every live event is in the raw log once it is processed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n uint64
+		row := sink.Conn().QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.webhook_events WHERE survey_id = %d", db, liveSurvey))
+		if err := row.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if int(n) >= live || time.Now().After(deadline) {
+			if int(n) < live {
+				t.Errorf("webhook_events has %d rows for the live survey, want %d", n, live)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func envInt(name string, def int) int {
+	var v int
+	if _, err := fmt.Sscan(os.Getenv(name), &v); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
