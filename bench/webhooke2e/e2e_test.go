@@ -87,7 +87,12 @@ func TestWebhookToRowLatency(t *testing.T) {
 			return nil
 		}
 		t0 := time.Now()
-		defer func() { procMu.Lock(); procDur = append(procDur, time.Since(t0)); recvLag = append(recvLag, t0.Sub(ev.ReceivedAt)); procMu.Unlock() }()
+		defer func() {
+			procMu.Lock()
+			procDur = append(procDur, time.Since(t0))
+			recvLag = append(recvLag, t0.Sub(ev.ReceivedAt))
+			procMu.Unlock()
+		}()
 		done := make(chan error, 1)
 		err := whpl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
 			Done: func(err error) { done <- err }})
