@@ -55,7 +55,8 @@
 //	SELECT a.* FROM read_parquet('data/answers/**/*.parquet', hive_partitioning = false) a
 //	JOIN responses_current r ON a.response_id = r.response_id AND a._version = r._version;
 //
-// ClickHouse (clickhouse local, or a server with access to the files):
+// ClickHouse (clickhouse local, or a server with access to the files; recent
+// releases add the date folder as a column unless use_hive_partitioning = 0):
 //
 //	SELECT response_id, argMax(response_status, _version) AS status
 //	FROM file('data/responses/**/*.parquet', Parquet)
