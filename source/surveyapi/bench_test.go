@@ -50,19 +50,29 @@ func BenchmarkGetResponse(b *testing.B) {
 	})
 }
 
-// BenchmarkDecodeResponse measures the decode alone: one json.Unmarshal of
-// the envelope straight into the typed result, plus validation.
+// BenchmarkDecodeResponse measures the decode alone: the fast path
+// (fastjson.go, what GetResponse uses) against one encoding/json pass of
+// the envelope straight into the typed result.
 func BenchmarkDecodeResponse(b *testing.B) {
 	body := responseJSON(testRID)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r, _, err := decodeResult[survey.Response](OpGetResponse, 200, "", body, "application/json", false)
-		if err != nil {
-			b.Fatal(err)
+	b.Run("fast", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			r, _, err := decodeFast(OpGetResponse, 200, "", body, "application/json", fastResponse)
+			if err != nil || checkResponse(r, testRID) != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := checkResponse(r, testRID); err != nil {
-			b.Fatal(err)
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			r, _, err := decodeResult[survey.Response](OpGetResponse, 200, "", body, "application/json", false)
+			if err != nil || checkResponse(r, testRID) != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }

@@ -137,6 +137,22 @@ func decodeResult[T any](op string, status int, headerReqID string, body []byte,
 	return env.Result, reqID, nil
 }
 
+// decodeFast is decodeResult with a fast path (fastjson.go) tried first;
+// the fast path only accepts what encoding/json decodes identically.
+func decodeFast[T any](op string, status int, headerReqID string, body []byte, contentType string,
+	fast func([]byte) (*T, string, bool)) (*T, string, error) {
+	if v, reqID, ok := fast(body); ok {
+		if reqID == "" {
+			reqID = headerReqID
+		}
+		if v == nil {
+			return nil, reqID, malformed(op, status, reqID, "the envelope has no result")
+		}
+		return v, reqID, nil
+	}
+	return decodeResult[T](op, status, headerReqID, body, contentType, false)
+}
+
 // decodeError turns an error body into the request id and the service's
 // message. A body that is not the JSON error shape yields a snippet.
 func decodeError(body []byte, contentType string) (requestID, message string) {

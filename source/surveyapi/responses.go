@@ -27,7 +27,7 @@ func (c *Client) ListResponses(ctx context.Context, surveyID int64, q survey.Lis
 	var out *survey.ResponseList
 	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
 		func(status int, reqID string, body []byte, ct string) (string, error) {
-			l, id, err := decodeResult[survey.ResponseList](op, status, reqID, body, ct, false)
+			l, id, err := decodeFast(op, status, reqID, body, ct, fastList)
 			if err != nil {
 				return id, err
 			}
@@ -94,7 +94,7 @@ func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID sur
 	var out *survey.Response
 	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
 		func(status int, reqID string, body []byte, ct string) (string, error) {
-			r, id, err := decodeResult[survey.Response](op, status, reqID, body, ct, false)
+			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponse)
 			if err != nil {
 				return id, err
 			}

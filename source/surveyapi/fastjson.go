@@ -1,0 +1,1061 @@
+package surveyapi
+
+import (
+	"bytes"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+// A fast path for the two hot decodes: a response detail and a list page.
+//
+// encoding/json spends most of its time on reflection and on the custom
+// UnmarshalJSON methods of survey.GUID, survey.Time and survey.FlexInt
+// (each re-enters json.Unmarshal). The reader below walks the bytes once,
+// straight into the typed structs. It only ever accepts what encoding/json
+// would decode to the very same value: anything unusual — a syntax error,
+// a key matching a field only case-insensitively, a number with a fraction
+// in an integer field, a lone surrogate, invalid UTF-8, null where a value
+// type is expected — makes it give up, and the caller decodes the same
+// bytes with encoding/json, which then also produces the canonical error.
+// FuzzFastDecode checks the equivalence.
+
+// jreader walks a JSON document.
+type jreader struct {
+	b       []byte
+	i       int
+	scratch []byte   // unescaping
+	strs    []string // slab behind *string fields
+}
+
+func (r *jreader) ws() {
+	for r.i < len(r.b) {
+		switch r.b[r.i] {
+		case ' ', '\t', '\n', '\r':
+			r.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte, 0 at the end.
+func (r *jreader) peek() byte {
+	r.ws()
+	if r.i >= len(r.b) {
+		return 0
+	}
+	return r.b[r.i]
+}
+
+func (r *jreader) consume(c byte) bool {
+	if r.peek() == c {
+		r.i++
+		return true
+	}
+	return false
+}
+
+func (r *jreader) literal(lit string) bool {
+	if len(r.b)-r.i >= len(lit) && string(r.b[r.i:r.i+len(lit)]) == lit {
+		r.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// null consumes a null if one is next.
+func (r *jreader) null() bool {
+	return r.peek() == 'n' && r.literal("null")
+}
+
+// end reports whether only white space is left.
+func (r *jreader) end() bool {
+	r.ws()
+	return r.i == len(r.b)
+}
+
+// Byte classes inside a JSON string.
+const (
+	chPlain = iota
+	chQuote
+	chEscape
+	chControl
+	chHigh
+)
+
+var strClass = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c == '"':
+			t[c] = chQuote
+		case c == '\\':
+			t[c] = chEscape
+		case c < 0x20:
+			t[c] = chControl
+		case c >= 0x80:
+			t[c] = chHigh
+		}
+	}
+	return t
+}()
+
+// rawString reads a string and returns its bytes between the quotes,
+// validated (escapes well-formed, no control characters, valid UTF-8).
+func (r *jreader) rawString() (s []byte, escaped, ok bool) {
+	if r.peek() != '"' {
+		return nil, false, false
+	}
+	r.i++
+	b := r.b
+	start, ascii := r.i, true
+	for i := r.i; i < len(b); {
+		switch strClass[b[i]] {
+		case chPlain:
+			i++
+		case chHigh:
+			ascii = false
+			i++
+		case chQuote:
+			s = b[start:i]
+			r.i = i + 1
+			if !ascii && !utf8.Valid(s) {
+				return nil, false, false
+			}
+			return s, escaped, true
+		case chEscape:
+			escaped = true
+			i++
+			if i >= len(b) {
+				return nil, false, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i++
+			case 'u':
+				if len(b)-i < 5 {
+					return nil, false, false
+				}
+				for _, h := range b[i+1 : i+5] {
+					if unhex(h) < 0 {
+						return nil, false, false
+					}
+				}
+				i += 5
+			default:
+				return nil, false, false
+			}
+		default: // control character
+			return nil, false, false
+		}
+	}
+	return nil, false, false
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func hex4(b []byte) rune {
+	return rune(unhex(b[0])<<12 | unhex(b[1])<<8 | unhex(b[2])<<4 | unhex(b[3]))
+}
+
+// unescape decodes a validated string body with escapes. A lone surrogate
+// gives up (encoding/json replaces it; not worth copying).
+func (r *jreader) unescape(s []byte) (string, bool) {
+	out := r.scratch[:0]
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			out = append(out, c)
+			i++
+			continue
+		}
+		switch s[i+1] {
+		case '"', '\\', '/':
+			out = append(out, s[i+1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			ru := hex4(s[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(ru) {
+				if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
+					return "", false
+				}
+				r2 := utf16.DecodeRune(ru, hex4(s[i+2:i+6]))
+				if r2 == utf8.RuneError {
+					return "", false
+				}
+				ru = r2
+				i += 6
+			}
+			out = utf8.AppendRune(out, ru)
+			continue
+		}
+		i += 2
+	}
+	r.scratch = out
+	return string(out), true
+}
+
+// str reads a string value.
+func (r *jreader) str() (string, bool) {
+	s, esc, ok := r.rawString()
+	if !ok {
+		return "", false
+	}
+	if !esc {
+		return string(s), true
+	}
+	return r.unescape(s)
+}
+
+// strInto reads a string into *dst; null leaves it as it is (encoding/json).
+func (r *jreader) strInto(dst *string) bool {
+	if r.null() {
+		return true
+	}
+	s, ok := r.str()
+	*dst = s
+	return ok
+}
+
+// strPtr reads an optional string: null sets nil. The string headers
+// come from a slab (one allocation per 32), as FlexInts do.
+func (r *jreader) strPtr(dst **string) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	s, ok := r.str()
+	if !ok {
+		return false
+	}
+	if len(r.strs) == cap(r.strs) {
+		r.strs = make([]string, 0, 32)
+	}
+	r.strs = append(r.strs, s)
+	*dst = &r.strs[len(r.strs)-1]
+	return true
+}
+
+// int64 reads an integer literal without fraction or exponent.
+func (r *jreader) int64() (int64, bool) {
+	r.ws()
+	i, neg := r.i, false
+	if i < len(r.b) && r.b[i] == '-' {
+		neg = true
+		i++
+	}
+	start := i
+	var u uint64
+	for i < len(r.b) && r.b[i] >= '0' && r.b[i] <= '9' {
+		if u > (1<<63)/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(r.b[i]-'0')
+		i++
+	}
+	n := i - start
+	if n == 0 || (n > 1 && r.b[start] == '0') {
+		return 0, false
+	}
+	if i < len(r.b) {
+		switch r.b[i] {
+		case '.', 'e', 'E':
+			return 0, false
+		}
+	}
+	if (!neg && u > 1<<63-1) || (neg && u > 1<<63) {
+		return 0, false
+	}
+	r.i = i
+	if neg {
+		return -int64(u), true
+	}
+	return int64(u), true
+}
+
+// intInto reads an int64 field: null leaves it as it is.
+func (r *jreader) intInto(dst *int64) bool {
+	if r.null() {
+		return true
+	}
+	v, ok := r.int64()
+	*dst = v
+	return ok
+}
+
+func (r *jreader) intIntoInt(dst *int) bool {
+	var v int64 = int64(*dst)
+	if !r.intInto(&v) {
+		return false
+	}
+	*dst = int(v)
+	return true
+}
+
+// intPtr reads an optional int64: null sets nil.
+func (r *jreader) intPtr(dst **int64) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	v, ok := r.int64()
+	if !ok {
+		return false
+	}
+	*dst = &v
+	return true
+}
+
+// flexPtr reads an optional survey.FlexInt: null sets nil; a string or an
+// integral float goes through FlexInt's own UnmarshalJSON, as in encoding/json.
+func (r *jreader) flexPtr(dst **survey.FlexInt, slab *[]survey.FlexInt) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	var v survey.FlexInt
+	if r.peek() == '"' {
+		start := r.i
+		if _, _, ok := r.rawString(); !ok {
+			return false
+		}
+		if v.UnmarshalJSON(r.b[start:r.i]) != nil {
+			return false
+		}
+	} else {
+		n, ok := r.int64()
+		if !ok {
+			return false
+		}
+		v = survey.FlexInt(n)
+	}
+	if len(*slab) == cap(*slab) {
+		*slab = make([]survey.FlexInt, 0, 32)
+	}
+	*slab = append(*slab, v)
+	*dst = &(*slab)[len(*slab)-1]
+	return true
+}
+
+// guid reads a GUID string (no escapes).
+func (r *jreader) guid() (survey.GUID, bool) {
+	s, esc, ok := r.rawString()
+	if !ok || esc {
+		return "", false
+	}
+	g, err := survey.ParseGUID(string(s))
+	return g, err == nil
+}
+
+// time reads a timestamp string (no escapes).
+func (r *jreader) time() (survey.Time, bool) {
+	s, esc, ok := r.rawString()
+	if !ok || esc {
+		return survey.Time{}, false
+	}
+	t, err := survey.ParseTime(string(s))
+	return survey.Time{Time: t}, err == nil
+}
+
+// key reads the next key of an object: done at '}'. Keys with escapes give up.
+func (r *jreader) key(first *bool) (key []byte, done, ok bool) {
+	if r.consume('}') {
+		return nil, true, true
+	}
+	if *first {
+		*first = false
+	} else if !r.consume(',') {
+		return nil, false, false
+	}
+	k, esc, ok := r.rawString()
+	if !ok || esc || !r.consume(':') {
+		return nil, false, false
+	}
+	return k, false, true
+}
+
+// elem advances to the next element of an array: done at ']'.
+func (r *jreader) elem(first *bool) (done, ok bool) {
+	if r.consume(']') {
+		return true, true
+	}
+	if *first {
+		*first = false
+		return false, true
+	}
+	return false, r.consume(',')
+}
+
+// once reports whether k, if it is one of fields, is seen for the first
+// time in this object. encoding/json merges a repeated key into the value
+// decoded before (slices element-wise): rare enough to leave to it.
+func once(seen *uint32, k []byte, fields []string) bool {
+	for i, f := range fields {
+		if string(k) == f {
+			if *seen&(1<<i) != 0 {
+				return false
+			}
+			*seen |= 1 << i
+			return true
+		}
+	}
+	return true
+}
+
+// unknown skips the value of a key the struct does not have, unless the key
+// matches a field case-insensitively (encoding/json would use it: give up).
+func (r *jreader) unknown(key []byte, fields ...string) bool {
+	for _, f := range fields {
+		if bytes.EqualFold(key, []byte(f)) {
+			return false
+		}
+	}
+	return r.skip(0)
+}
+
+// skip validates and skips one value.
+func (r *jreader) skip(depth int) bool {
+	if depth > 200 {
+		return false
+	}
+	switch r.peek() {
+	case '{':
+		r.i++
+		first := true
+		for {
+			_, done, ok := r.keyAny(&first)
+			if !ok {
+				return false
+			}
+			if done {
+				return true
+			}
+			if !r.skip(depth + 1) {
+				return false
+			}
+		}
+	case '[':
+		r.i++
+		first := true
+		for {
+			done, ok := r.elem(&first)
+			if !ok {
+				return false
+			}
+			if done {
+				return true
+			}
+			if !r.skip(depth + 1) {
+				return false
+			}
+		}
+	case '"':
+		_, _, ok := r.rawString()
+		return ok
+	case 't':
+		return r.literal("true")
+	case 'f':
+		return r.literal("false")
+	case 'n':
+		return r.literal("null")
+	default:
+		return r.number()
+	}
+}
+
+// keyAny is key for skipped objects: escaped keys are fine there.
+func (r *jreader) keyAny(first *bool) (key []byte, done, ok bool) {
+	if r.consume('}') {
+		return nil, true, true
+	}
+	if *first {
+		*first = false
+	} else if !r.consume(',') {
+		return nil, false, false
+	}
+	k, _, ok := r.rawString()
+	if !ok || !r.consume(':') {
+		return nil, false, false
+	}
+	return k, false, true
+}
+
+// number validates and skips a JSON number.
+func (r *jreader) number() bool {
+	b, i := r.b, r.i
+	digits := func() int {
+		s := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i - s
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	r.i = i
+	return true
+}
+
+// envelope walks {"meta": {...}, "result": ...}, calling result for the
+// result value (not null). It returns the request id and whether a
+// non-null result was seen.
+func (r *jreader) envelope(result func(r *jreader) bool) (reqID string, has, ok bool) {
+	if !r.consume('{') {
+		return "", false, false
+	}
+	var camel, snake string
+	var seen uint32
+	first := true
+	for {
+		k, done, ok := r.key(&first)
+		if !ok {
+			return "", false, false
+		}
+		if done {
+			break
+		}
+		if !once(&seen, k, envelopeFields) {
+			return "", false, false
+		}
+		switch string(k) {
+		case "result":
+			if r.null() {
+				has = false
+				continue
+			}
+			if !result(r) {
+				return "", false, false
+			}
+			has = true
+		case "meta":
+			if !r.meta(&camel, &snake) {
+				return "", false, false
+			}
+		default:
+			if !r.unknown(k, envelopeFields...) {
+				return "", false, false
+			}
+		}
+	}
+	if !r.end() {
+		return "", false, false
+	}
+	if camel != "" {
+		return camel, has, true
+	}
+	return snake, has, true
+}
+
+func (r *jreader) meta(camel, snake *string) bool {
+	if r.null() {
+		return true
+	}
+	if !r.consume('{') {
+		return false
+	}
+	var seen uint32
+	first := true
+	for {
+		k, done, ok := r.key(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		if !once(&seen, k, metaFields) {
+			return false
+		}
+		switch string(k) {
+		case "requestId":
+			ok = r.strInto(camel)
+		case "request_id":
+			ok = r.strInto(snake)
+		case "http_status", "status_code":
+			ok = r.skip(0)
+		default: // errors, message: typed in the generic decoder; rare on success
+			ok = r.unknown(k, metaFields...)
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+// fastResponse decodes a detail envelope. ok=false: use encoding/json.
+func fastResponse(body []byte) (resp *survey.Response, reqID string, ok bool) {
+	r := jreader{b: body}
+	var out survey.Response
+	var slab []survey.FlexInt
+	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.response(&out, &slab) })
+	if !ok {
+		return nil, "", false
+	}
+	if !has {
+		return nil, reqID, true
+	}
+	return &out, reqID, true
+}
+
+var (
+	envelopeFields = []string{"result", "meta"}
+	metaFields     = []string{"requestId", "request_id", "http_status", "status_code", "errors", "message"}
+	urlParamFields = []string{"name", "value"}
+	pageFields     = []string{"id", "questions"}
+	listFields     = []string{"per_page", "page", "total", "data"}
+	refFields      = []string{"response_id", "href"}
+)
+
+var responseFields = []string{"response_id", "survey_id", "contact_id", "distribution_id", "survey_name", "ip_address",
+	"date_created", "date_completed", "total_time", "response_status", "url_parameters", "pages"}
+
+func (r *jreader) response(out *survey.Response, slab *[]survey.FlexInt) bool {
+	if !r.consume('{') {
+		return false
+	}
+	var seen uint32
+	first := true
+	for {
+		k, done, ok := r.key(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		if !once(&seen, k, responseFields) {
+			return false
+		}
+		switch string(k) {
+		case "response_id":
+			out.ResponseID, ok = r.guid()
+		case "survey_id":
+			ok = r.intInto(&out.SurveyID)
+		case "contact_id":
+			ok = r.intPtr(&out.ContactID)
+		case "distribution_id":
+			ok = r.intPtr(&out.DistributionID)
+		case "survey_name":
+			ok = r.strInto(&out.SurveyName)
+		case "ip_address":
+			ok = r.strInto(&out.IPAddress)
+		case "response_status":
+			ok = r.strInto(&out.ResponseStatus)
+		case "date_created":
+			if !r.null() {
+				out.DateCreated, ok = r.time()
+			}
+		case "date_completed":
+			if r.null() {
+				out.DateCompleted = nil
+			} else {
+				var t survey.Time
+				t, ok = r.time()
+				out.DateCompleted = &t
+			}
+		case "total_time":
+			ok = r.flexPtr(&out.TotalTime, slab)
+		case "url_parameters":
+			ok = r.urlParameters(&out.URLParameters)
+		case "pages":
+			ok = r.pages(&out.Pages, slab)
+		default:
+			ok = r.unknown(k, responseFields...)
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+func (r *jreader) urlParameters(dst *[]survey.URLParameter) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	if !r.consume('[') {
+		return false
+	}
+	out := (*dst)[:0:0]
+	first := true
+	for {
+		done, ok := r.elem(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			break
+		}
+		var p survey.URLParameter
+		if !r.consume('{') {
+			return false
+		}
+		var seen uint32
+		f := true
+		for {
+			k, done, ok := r.key(&f)
+			if !ok {
+				return false
+			}
+			if done {
+				break
+			}
+			if !once(&seen, k, urlParamFields) {
+				return false
+			}
+			switch string(k) {
+			case "name":
+				ok = r.strInto(&p.Name)
+			case "value":
+				ok = r.strInto(&p.Value)
+			default:
+				ok = r.unknown(k, urlParamFields...)
+			}
+			if !ok {
+				return false
+			}
+		}
+		out = append(out, p)
+	}
+	if out == nil {
+		out = []survey.URLParameter{}
+	}
+	*dst = out
+	return true
+}
+
+func (r *jreader) pages(dst *[]survey.Page, slab *[]survey.FlexInt) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	if !r.consume('[') {
+		return false
+	}
+	out := make([]survey.Page, 0, 8)
+	first := true
+	for {
+		done, ok := r.elem(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			break
+		}
+		out = append(out, survey.Page{})
+		p := &out[len(out)-1]
+		if !r.consume('{') {
+			return false
+		}
+		var seen uint32
+		f := true
+		for {
+			k, done, ok := r.key(&f)
+			if !ok {
+				return false
+			}
+			if done {
+				break
+			}
+			if !once(&seen, k, pageFields) {
+				return false
+			}
+			switch string(k) {
+			case "id":
+				ok = r.intInto(&p.ID)
+			case "questions":
+				ok = r.questions(&p.Questions, slab)
+			default:
+				ok = r.unknown(k, pageFields...)
+			}
+			if !ok {
+				return false
+			}
+		}
+	}
+	*dst = out
+	return true
+}
+
+var questionFields = []string{"id", "type", "title", "variable", "answers"}
+
+func (r *jreader) questions(dst *[]survey.Question, slab *[]survey.FlexInt) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	if !r.consume('[') {
+		return false
+	}
+	out := make([]survey.Question, 0, 4)
+	first := true
+	for {
+		done, ok := r.elem(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			break
+		}
+		out = append(out, survey.Question{})
+		q := &out[len(out)-1]
+		if !r.consume('{') {
+			return false
+		}
+		var seen uint32
+		f := true
+		for {
+			k, done, ok := r.key(&f)
+			if !ok {
+				return false
+			}
+			if done {
+				break
+			}
+			if !once(&seen, k, questionFields) {
+				return false
+			}
+			switch string(k) {
+			case "id":
+				ok = r.intInto(&q.ID)
+			case "type":
+				ok = r.strInto(&q.Type)
+			case "title":
+				ok = r.strInto(&q.Title)
+			case "variable":
+				ok = r.strInto(&q.Variable)
+			case "answers":
+				ok = r.answers(&q.Answers, slab)
+			default:
+				ok = r.unknown(k, questionFields...)
+			}
+			if !ok {
+				return false
+			}
+		}
+	}
+	*dst = out
+	return true
+}
+
+var answerFields = []string{"row_id", "row_label", "column_id", "column_label", "choice_id", "choice_label",
+	"other_id", "text", "value", "file_id"}
+
+func (r *jreader) answers(dst *[]survey.Answer, slab *[]survey.FlexInt) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	if !r.consume('[') {
+		return false
+	}
+	out := make([]survey.Answer, 0, 2)
+	first := true
+	for {
+		done, ok := r.elem(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			break
+		}
+		out = append(out, survey.Answer{})
+		a := &out[len(out)-1]
+		if !r.consume('{') {
+			return false
+		}
+		var seen uint32
+		f := true
+		for {
+			k, done, ok := r.key(&f)
+			if !ok {
+				return false
+			}
+			if done {
+				break
+			}
+			if !once(&seen, k, answerFields) {
+				return false
+			}
+			switch string(k) {
+			case "row_id":
+				ok = r.flexPtr(&a.RowID, slab)
+			case "column_id":
+				ok = r.flexPtr(&a.ColumnID, slab)
+			case "choice_id":
+				ok = r.flexPtr(&a.ChoiceID, slab)
+			case "other_id":
+				ok = r.flexPtr(&a.OtherID, slab)
+			case "value":
+				ok = r.flexPtr(&a.Value, slab)
+			case "row_label":
+				ok = r.strPtr(&a.RowLabel)
+			case "column_label":
+				ok = r.strPtr(&a.ColumnLabel)
+			case "choice_label":
+				ok = r.strPtr(&a.ChoiceLabel)
+			case "text":
+				ok = r.strPtr(&a.Text)
+			case "file_id":
+				if r.null() {
+					a.FileID = nil
+				} else {
+					var g survey.GUID
+					g, ok = r.guid()
+					a.FileID = &g
+				}
+			default:
+				ok = r.unknown(k, answerFields...)
+			}
+			if !ok {
+				return false
+			}
+		}
+	}
+	*dst = out
+	return true
+}
+
+// fastList decodes a list envelope. ok=false: use encoding/json.
+func fastList(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
+	r := jreader{b: body}
+	var out survey.ResponseList
+	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.list(&out) })
+	if !ok {
+		return nil, "", false
+	}
+	if !has {
+		return nil, reqID, true
+	}
+	return &out, reqID, true
+}
+
+func (r *jreader) list(out *survey.ResponseList) bool {
+	if !r.consume('{') {
+		return false
+	}
+	var seen uint32
+	first := true
+	for {
+		k, done, ok := r.key(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
+		}
+		if !once(&seen, k, listFields) {
+			return false
+		}
+		switch string(k) {
+		case "per_page":
+			ok = r.intIntoInt(&out.PerPage)
+		case "page":
+			ok = r.intIntoInt(&out.Page)
+		case "total":
+			ok = r.intIntoInt(&out.Total)
+		case "data":
+			ok = r.refs(&out.Data)
+		default:
+			ok = r.unknown(k, listFields...)
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+func (r *jreader) refs(dst *[]survey.ResponseRef) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	if !r.consume('[') {
+		return false
+	}
+	out := make([]survey.ResponseRef, 0, 64)
+	first := true
+	for {
+		done, ok := r.elem(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			break
+		}
+		out = append(out, survey.ResponseRef{})
+		ref := &out[len(out)-1]
+		if !r.consume('{') {
+			return false
+		}
+		var seen uint32
+		f := true
+		for {
+			k, done, ok := r.key(&f)
+			if !ok {
+				return false
+			}
+			if done {
+				break
+			}
+			if !once(&seen, k, refFields) {
+				return false
+			}
+			switch string(k) {
+			case "response_id":
+				ref.ResponseID, ok = r.guid()
+			case "href":
+				ok = r.strInto(&ref.Href)
+			default:
+				ok = r.unknown(k, refFields...)
+			}
+			if !ok {
+				return false
+			}
+		}
+	}
+	*dst = out
+	return true
+}
