@@ -416,3 +416,48 @@ func TestGUIDEncodingRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+func TestTiesAreOrderedByID(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Surveys[0].Interval = 50 * time.Millisecond // many responses share a whole second
+		o.Surveys[0].Start = newClock().Now().Add(-time.Hour)
+		o.Surveys[0].Statuses = StatusMix{Completed: 0.5, Partial: 0.5}
+	})
+	for _, st := range []string{"completed", "partial"} {
+		want := truthList(t, e.sim, 4574, st, nil)
+		got := e.listAll("status="+st, 100)
+		if d := gocmp.Diff(want, got); d != "" {
+			t.Fatalf("%s: order with ties differs (-want +got):\n%s", st, d)
+		}
+		ties := 0
+		var prev time.Time
+		for _, id := range want {
+			r, _ := e.sim.Response(4574, id)
+			at := r.DateCreated.Time
+			if st == "completed" {
+				at = r.DateCompleted.Time
+			}
+			if at.Equal(prev) {
+				ties++
+			}
+			prev = at
+		}
+		if ties == 0 {
+			t.Fatalf("%s: no ties generated; the test tests nothing", st)
+		}
+	}
+	// Overrides land at their place among ties too.
+	ids := truthList(t, e.sim, 4574, "partial", nil)
+	if _, err := e.sim.CompletePartial(4574, ids[len(ids)/2], ""); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := e.sim.Response(4574, ids[10])
+	if _, err := e.sim.AddResponse(4574, survey.Response{ResponseStatus: "partial", DateCreated: r.DateCreated}); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []string{"completed", "partial"} {
+		if d := gocmp.Diff(truthList(t, e.sim, 4574, st, nil), e.listAll("status="+st, 100)); d != "" {
+			t.Fatalf("%s after overrides:\n%s", st, d)
+		}
+	}
+}
