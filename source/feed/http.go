@@ -18,14 +18,14 @@ import (
 type HTTPResponse struct {
 	Summary
 	Error string      `json:"error,omitempty"`
-	Rows  []RowResult `json:"rows"`
+	Rows  []RowResult `json:"results"`
 }
 
-// httpHandler serves one http feed: POST a JSON array of objects keyed by
-// source column names, with `Authorization: Bearer <token>`. The request is
+// httpHandler serves one http feed: POST a JSON array of objects (or one
+// object) keyed by source column names, with `Authorization: Bearer <token>`. The request is
 // answered once every row's outcome is durable in the ledger: 200 with
 // per-row results (rows may still be invalid or failed), 400 for a body
-// that is not a JSON array of objects (nothing pushed), 401 for a missing
+// that is not JSON objects (nothing pushed), 401 for a missing
 // or wrong token, 413 for a body over MaxBodyBytes, 503 when the batch
 // stopped (ledger unavailable, shutting down) — rows reported as pushed
 // were pushed, the others may be posted again.
@@ -44,16 +44,21 @@ func (f *feed) httpHandler() http.Handler {
 			return
 		}
 		body := http.MaxBytesReader(w, r.Body, f.opts.HTTP.MaxBodyBytes)
-		var raw []map[string]any
+		var doc any
 		dec := json.NewDecoder(body)
 		dec.UseNumber()
-		if err := dec.Decode(&raw); err != nil {
+		err := dec.Decode(&doc)
+		raw, ok := contactsOf(doc)
+		if err == nil && !ok {
+			err = errors.New("not an array of objects")
+		}
+		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes: split it", mbe.Limit))
 				return
 			}
-			httpError(w, http.StatusBadRequest, "body must be a JSON array of objects keyed by source column: "+err.Error())
+			httpError(w, http.StatusBadRequest, "body must be a JSON array of objects (or one object) keyed by source column: "+err.Error())
 			return
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -89,6 +94,25 @@ func (f *feed) httpHandler() http.Handler {
 		w.WriteHeader(status)
 		json.NewEncoder(w).Encode(resp)
 	})
+}
+
+// contactsOf accepts a JSON array of objects, or one object.
+func contactsOf(doc any) ([]map[string]any, bool) {
+	switch d := doc.(type) {
+	case map[string]any:
+		return []map[string]any{d}, true
+	case []any:
+		out := make([]map[string]any, len(d))
+		for i, v := range d {
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			out[i] = m
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 func sortResults(rows []RowResult) {

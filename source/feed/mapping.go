@@ -176,8 +176,8 @@ func (m *mapper) mapRow(get func(col string) (string, bool)) (survey.Contact, st
 			return c, "", &rowProblem{"email", "required for an email channel"}
 		}
 	case ChannelCATI:
-		if c.Phone == "" {
-			return c, "", &rowProblem{"phone", "required for a CATI channel"}
+		if c.Phone == "" && c.Mobile == "" {
+			return c, "", &rowProblem{"phone", "a phone or mobile number is required for a CATI channel"}
 		}
 	}
 	if c.SalutationGenerate != nil && *c.SalutationGenerate {

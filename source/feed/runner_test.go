@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 		crashChild()
 		return
 	}
+	if os.Getenv("FEED_BENCH_CHILD") != "" {
+		benchChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -433,7 +437,7 @@ func TestHTTPFeed(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
 	o := feed.Options{Name: "web", Type: feed.TypeHTTP, DistributionID: dist, Channel: feed.ChannelCATI,
-		Mapping:   map[string]string{"phone": "tel", "first_name": "name", "user_field1": "id", "import_number": "batch"},
+		Mapping:   map[string]string{"phone": "tel", "mobile": "mob", "first_name": "name", "user_field1": "id", "import_number": "batch"},
 		DedupeKey: "id", HTTP: feed.HTTPOptions{Path: "/feeds/web", Token: "s3cret"},
 		Send: feed.SendOptions{MessageID: 3, Schedule: feed.Schedule{Policy: feed.PolicyDelay, Delay: time.Hour}}}
 	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o)
@@ -465,8 +469,11 @@ func TestHTTPFeed(t *testing.T) {
 	if code, _ := post("wrong", body); code != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %d", code)
 	}
-	if code, _ := post("s3cret", `{"id": 1}`); code != http.StatusBadRequest {
-		t.Fatalf("object body: %d", code)
+	if code, _ := post("s3cret", `[{"id": 1}, 2]`); code != http.StatusBadRequest {
+		t.Fatalf("array with a number: %d", code)
+	}
+	if code, _ := post("s3cret", `[{"id": 1}] x`); code != http.StatusBadRequest {
+		t.Fatalf("trailing garbage: %d", code)
 	}
 	code, res := post("s3cret", body)
 	if code != 200 || len(res.Rows) != 6 {
@@ -496,7 +503,12 @@ func TestHTTPFeed(t *testing.T) {
 	if len(sends) != 1 || sends[0].MessageID != 3 || sends[0].ScheduledDate == nil {
 		t.Fatalf("sends: %+v", sends)
 	}
-	if n := len(svc.Contacts(dist)); n != 2 {
+	// One object is accepted too; a mobile number is enough for CATI.
+	code, res = post("s3cret", `{"id": "6", "mob": "+420 602 000 006"}`)
+	if code != 200 || len(res.Rows) != 1 || res.Rows[0].Outcome != feed.OutcomePushed {
+		t.Fatalf("one object: %d %+v", code, res)
+	}
+	if n := len(svc.Contacts(dist)); n != 3 {
 		t.Fatalf("%d contacts", n)
 	}
 }

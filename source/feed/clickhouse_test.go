@@ -1,0 +1,265 @@
+package feed_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	chsink "github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/feed/feedtest"
+)
+
+// openCH opens the ClickHouse sink on a fresh database (dropped after the
+// test), or skips without SURVEYSYNC_TEST_CLICKHOUSE_ADDR.
+func openCH(t testing.TB) *chsink.Sink {
+	t.Helper()
+	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+	if addr == "" {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := chsink.Open(ctx, chsink.Options{Addr: []string{addr}, Database: "test_feed_" + hex.EncodeToString(b[:]),
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Conn().Exec(ctx, "DROP DATABASE IF EXISTS "+s.Database()); err != nil {
+			t.Errorf("drop %s: %v", s.Database(), err)
+		}
+		s.Close()
+	})
+	return s
+}
+
+func TestClickHouseLedger(t *testing.T) {
+	s := openCH(t)
+	l := chsink.NewFeedLedger(s)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	rec := func(key, state string, v uint64) feed.ContactEntry {
+		return feed.ContactEntry{Feed: "crm", Key: key, DistributionID: 7, State: state, BatchID: "b1", File: "f.csv",
+			Line: int64(v), UpdatedAt: now, Version: v}
+	}
+	if err := l.RecordContacts(ctx, []feed.ContactEntry{rec("k1", feed.StateIntent, 1), rec("k2", feed.StateIntent, 2), rec("k3", feed.StateIntent, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	p := rec("k1", feed.StatePushed, 10)
+	p.ContactID, p.SurveyURL = 554784, "https://www.click4survey.cz/m4/3177/x"
+	f := rec("k2", feed.StateFailed, 11)
+	f.Error = "HTTP 400: Invalid e-mail"
+	other := rec("k1", feed.StatePushed, 12)
+	other.Feed = "other"
+	if err := l.RecordContacts(ctx, []feed.ContactEntry{p, f, other}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]feed.ContactEntry{}
+	if err := l.LoadContacts(ctx, "crm", func(e feed.ContactEntry) error { got[e.Key] = e; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got["k1"].State != feed.StatePushed || got["k1"].ContactID != 554784 || got["k1"].SurveyURL == "" ||
+		got["k2"].State != feed.StateFailed || got["k2"].Error == "" || got["k3"].State != feed.StateIntent ||
+		got["k3"].Line != 3 || got["k3"].File != "f.csv" || !got["k3"].UpdatedAt.Equal(now) {
+		t.Fatalf("loaded %+v", got)
+	}
+	sched := now.Add(time.Hour)
+	if err := l.RecordSend(ctx, feed.SendEntry{Feed: "crm", BatchID: "b1", DistributionID: 7, MessageID: 9, State: feed.SendIntent, ScheduledDate: &sched, Contacts: 1, At: now, Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RecordSend(ctx, feed.SendEntry{Feed: "crm", BatchID: "b1", DistributionID: 7, MessageID: 9, State: feed.SendSent, ScheduledDate: &sched, Contacts: 1, Pending: 5, Sent: 3, Bounces: 1, At: now, Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RecordSend(ctx, feed.SendEntry{Feed: "crm", BatchID: "b2", DistributionID: 7, MessageID: 9, State: feed.SendIntent, At: now, Version: 3}); err != nil {
+		t.Fatal(err)
+	}
+	sends := map[string]feed.SendEntry{}
+	if err := l.LoadSends(ctx, "crm", func(e feed.SendEntry) error { sends[e.BatchID] = e; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b1 := sends["b1"]; len(sends) != 2 || b1.State != feed.SendSent || b1.Pending != 5 || b1.Bounces != 1 ||
+		b1.ScheduledDate == nil || !b1.ScheduledDate.Equal(sched) || sends["b2"].ScheduledDate != nil {
+		t.Fatalf("sends %+v", sends)
+	}
+
+	// 100k keys load fast.
+	const n = 100000
+	batch := make([]feed.ContactEntry, 0, 10000)
+	for i := 0; i < n; i++ {
+		e := rec(fmt.Sprintf("key-%06d", i), feed.StatePushed, uint64(100+i))
+		e.Feed, e.ContactID, e.SurveyURL = "big", int64(i), "https://www.click4survey.cz/m4/3177/"+fmt.Sprint(i)
+		batch = append(batch, e)
+		if len(batch) == cap(batch) {
+			if err := l.RecordContacts(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	start := time.Now()
+	count := 0
+	if err := l.LoadContacts(ctx, "big", func(feed.ContactEntry) error { count++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("loaded %d keys in %v", count, took)
+	if count != n || took > 10*time.Second {
+		t.Fatalf("loaded %d keys in %v", count, took)
+	}
+}
+
+func TestQueryFeedPicksOnlyNewRows(t *testing.T) {
+	s := openCH(t)
+	ctx := context.Background()
+	table := s.Database() + ".customers"
+	if err := s.Conn().Exec(ctx, "CREATE TABLE "+table+" (id UInt32, email String, name Nullable(String), created DateTime('UTC')) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(from, to int) {
+		b, err := s.Conn().PrepareBatch(ctx, "INSERT INTO "+table+" (id, email, name, created)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := from; i < to; i++ {
+			var name *string
+			if i%2 == 0 {
+				n := fmt.Sprintf("Zákazník %d", i)
+				name = &n
+			}
+			email := fmt.Sprintf("zakaznik%d@example.cz", i)
+			if i == 13 {
+				email = "broken"
+			}
+			if err := b.Append(uint32(i), email, name, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(0, 100)
+	svc := feedtest.Start()
+	defer svc.Close()
+	o := feed.Options{Name: "yesterday", Type: feed.TypeClickHouseQuery, DistributionID: dist, Channel: feed.ChannelEmail,
+		Mapping:         map[string]string{"email": "email", "first_name": "name", "import_number": "id", "user_field1": "id"},
+		DedupeKey:       "id",
+		ClickHouseQuery: feed.QueryOptions{Query: "SELECT id, email, name, created FROM " + table + " ORDER BY id", Conn: s.Conn()},
+		Send:            feed.SendOptions{MessageID: 4},
+	}
+	r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
+		Ledger: chsink.NewFeedLedger(s), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RunOnce(ctx, "yesterday"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(svc.Contacts(dist)); n != 99 {
+		t.Fatalf("first run: %d contacts, want 99 (row 13 is invalid)", n)
+	}
+	insert(100, 150)
+	if err := r.RunOnce(ctx, "yesterday"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RunOnce(ctx, "yesterday"); err != nil { // nothing new
+		t.Fatal(err)
+	}
+	got := pushedIDs(t, svc)
+	if len(got) != 149 {
+		t.Fatalf("%d distinct contacts, want 149", len(got))
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("id %s pushed %d times", id, n)
+		}
+	}
+	if n := len(svc.Sends()); n != 2 {
+		t.Fatalf("sends %d, want 2 (the third run pushed nothing)", n)
+	}
+	var pushed, sent uint64
+	if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.Database()+".pushed_contacts FINAL WHERE feed = 'yesterday' AND state = 'pushed'").Scan(&pushed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.Database()+".message_sends FINAL WHERE feed = 'yesterday' AND state = 'sent'").Scan(&sent); err != nil {
+		t.Fatal(err)
+	}
+	if pushed != 149 || sent != 2 {
+		t.Fatalf("pushed_contacts %d pushed, message_sends %d sent", pushed, sent)
+	}
+	// A fresh runner (a restart) loads the ledger from ClickHouse and pushes nothing.
+	r2, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
+		Ledger: chsink.NewFeedLedger(s)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytesBuffer
+	if err := r2.DryRun(ctx, "yesterday", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !contains(out.String(), "would push 0, skip 149") {
+		t.Fatalf("dry run after restart:\n%s", out.String())
+	}
+}
+
+func TestCSVWithClickHouseLedger(t *testing.T) {
+	s := openCH(t)
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.FaultFor = func(n int64) feedtest.Fault {
+		if n%4 == 0 {
+			return feedtest.TooMany
+		}
+		return feedtest.None
+	}
+	dir := t.TempDir()
+	o := csvFeed(dir)
+	o.Concurrency = 16
+	o.ChunkRows = 500
+	r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
+		Ledger: chsink.NewFeedLedger(s)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, bad := genCSV(t, filepath.Join(dir, "k.csv"), 10000, true)
+	ctx := context.Background()
+	if err := r.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	genCSV(t, filepath.Join(dir, "k.csv"), 10000, true)
+	if err := r.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	reps := report(t, dir, "done")
+	if len(reps) != 2 || reps[0].Summary.Invalid != int64(len(bad)) || reps[1].Summary.Pushed != 0 {
+		t.Fatalf("reports %+v / %+v", reps[0].Summary, reps[1].Summary)
+	}
+	var pushed uint64
+	if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.Database()+".pushed_contacts FINAL WHERE feed = 'crm' AND state = 'pushed'").Scan(&pushed); err != nil {
+		t.Fatal(err)
+	}
+	if pushed != uint64(len(good)) || len(svc.Sends()) != 1 {
+		t.Fatalf("pushed_contacts %d (want %d), sends %d", pushed, len(good), len(svc.Sends()))
+	}
+}
+
+type bytesBuffer = bytes.Buffer
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
