@@ -118,9 +118,9 @@ func TestDownloadReleasesSlotAfterHeaders(t *testing.T) {
 
 func TestDownloadSlowConsumerIsNotAStall(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Write(make([]byte, 256<<10))
+		w.Write(make([]byte, 128<<10))
 	})
-	h := newClient(t, s.URL, func(o *Options) { o.Timeout = 50 * time.Millisecond })
+	h := newClient(t, s.URL, func(o *Options) { o.Timeout = 200 * time.Millisecond })
 	f, err := h.c.DownloadFile(context.Background(), 4574, testRID, testFID)
 	if err != nil {
 		t.Fatal(err)
@@ -137,9 +137,9 @@ func TestDownloadSlowConsumerIsNotAStall(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after %d bytes: %v", total, err)
 		}
-		time.Sleep(80 * time.Millisecond) // the caller is slow, the server is not
+		time.Sleep(250 * time.Millisecond) // the caller is slower than the timeout, the server is not
 	}
-	if total != 256<<10 {
+	if total != 128<<10 {
 		t.Errorf("read %d", total)
 	}
 }
