@@ -637,3 +637,47 @@ func benchItems(n int) []flatten.Item {
 	}
 	return out
 }
+
+func TestConcurrentUse(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	// Versions 1 and 2 twice each: concurrent writes of one batch must
+	// still leave one file per partition.
+	var batches []*flatten.Batch
+	for _, v := range []uint64{1, 2, 1, 2} {
+		b := buildBatch(t, mem, testItems(v))
+		defer b.Release()
+		batches = append(batches, b)
+	}
+	errs := make(chan error, len(batches)+2)
+	for _, b := range batches {
+		go func() { errs <- s.Write(ctx, b) }()
+	}
+	for i := range 2 {
+		go func() {
+			errs <- s.SaveStates(ctx, []pipeline.StreamState{{SurveyID: int64(i), Stream: pipeline.StreamCompleted, Synced: 1}})
+		}()
+	}
+	for range len(batches) + 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := len(readTable(t, mem, dir, flatten.TableResponses, flatten.ResponsesSchema)), 2*int(batches[0].Responses.NumRows()); got != want {
+		t.Errorf("responses rows %d, want %d", got, want)
+	}
+	if tmp := tempFiles(t, dir); len(tmp) > 0 {
+		t.Errorf("temporary files left: %v", tmp)
+	}
+	states, err := s.LoadStates(ctx)
+	if err != nil || len(states) != 2 {
+		t.Errorf("states after concurrent saves: %v, %v", states, err)
+	}
+}
