@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
@@ -101,6 +103,7 @@ func sec100ns(t time.Time) time.Time { return t.UTC().Truncate(100 * time.Nanose
 
 // normalize completes r the way the service would have recorded it.
 func (s *Sim) normalize(sv *survState, r *survey.Response, id guid16, now time.Time) error {
+	sanitize(r)
 	r.ResponseID = survey.GUID(id.String())
 	r.SurveyID = sv.gen.id
 	if r.SurveyName == "" {
@@ -517,5 +520,37 @@ func (s *Sim) shift(surveyID int64, q *listQuery) {
 	}
 	if _, err := s.AddResponse(surveyID, resp); err != nil {
 		s.log.Warn("sim: shift fault could not insert a response", "survey_id", surveyID, "err", err)
+	}
+}
+
+// sanitize replaces invalid UTF-8 in every string of r by U+FFFD, as
+// encoding/json would on the wire; the encoder relies on valid strings.
+func sanitize(r *survey.Response) {
+	fix := func(s *string) {
+		if s != nil && !utf8.ValidString(*s) {
+			*s = strings.ToValidUTF8(*s, "\ufffd")
+		}
+	}
+	fix(&r.SurveyName)
+	fix(&r.IPAddress)
+	fix(&r.ResponseStatus)
+	for k := range r.URLParameters {
+		fix(&r.URLParameters[k].Name)
+		fix(&r.URLParameters[k].Value)
+	}
+	for p := range r.Pages {
+		for q := range r.Pages[p].Questions {
+			qq := &r.Pages[p].Questions[q]
+			fix(&qq.Type)
+			fix(&qq.Title)
+			fix(&qq.Variable)
+			for a := range qq.Answers {
+				aa := &qq.Answers[a]
+				fix(aa.RowLabel)
+				fix(aa.ColumnLabel)
+				fix(aa.ChoiceLabel)
+				fix(aa.Text)
+			}
+		}
 	}
 }

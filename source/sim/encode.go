@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
@@ -22,10 +21,10 @@ type encOpts struct {
 	variant   int  // meta spelling: 0 request_id/http_status, 1 requestId/http_status, 2 request_id/status_code, 3 requestId/status_code
 }
 
+// appendJSONString appends s as a JSON string. Every string the emulator
+// holds is valid UTF-8 (generated text is; stored responses are sanitised
+// by normalize), so only ASCII needs escaping.
 func appendJSONString(b []byte, s string) []byte {
-	if !utf8.ValidString(s) {
-		return appendJSONStringSlow(b, s)
-	}
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -57,32 +56,6 @@ func appendEscape(b []byte, c byte) []byte {
 	return append(b, '\\', 'u', '0', '0', hexLower[c>>4], hexLower[c&0xf])
 }
 
-// appendJSONStringSlow also replaces invalid UTF-8 by U+FFFD, as
-// encoding/json does.
-func appendJSONStringSlow(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				b = append(b, c)
-			} else {
-				b = appendEscape(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
-}
-
 func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
@@ -90,6 +63,9 @@ func appendTime(b []byte, t time.Time) []byte {
 }
 
 func appendGUIDString(b []byte, g survey.GUID, upper bool) []byte {
+	if !upper { // stored GUIDs are lower case already
+		return appendJSONString(b, string(g))
+	}
 	if id, ok := parseGUID16(string(g)); ok {
 		b = append(b, '"')
 		b = appendGUID(b, id, upper)
@@ -224,7 +200,7 @@ func appendAnswer(b []byte, a *survey.Answer, strValue, upperText, upper bool) [
 	num("other_id", a.OtherID)
 	if a.Text != nil {
 		b = appendKey(b, &first, "text")
-		if _, isGUID := parseGUID16(*a.Text); isGUID && upperText {
+		if upperText {
 			b = appendGUIDString(b, survey.GUID(*a.Text), true)
 		} else {
 			b = appendJSONString(b, *a.Text)
