@@ -174,15 +174,24 @@ func (c *call) write(status int, b []byte) {
 
 // ok answers status with the envelope around result (already encoded).
 func (c *call) ok(status int, result func(b []byte) []byte) {
+	bp := c.render(status, result)
+	c.write(status, *bp)
+	putBuf(bp)
+}
+
+// render encodes the envelope around result into a pooled buffer.
+func (c *call) render(status int, result func(b []byte) []byte) *[]byte {
 	bp := bufPool.Get().(*[]byte)
 	b := append((*bp)[:0], `{"result":`...)
 	b = result(b)
 	b = append(b, ',')
 	b = appendMeta(b, c.req, status, c.enc)
-	b = append(b, "}}"...)
-	c.write(status, b)
-	if cap(b) <= 1<<20 {
-		*bp = b
+	*bp = append(b, "}}"...)
+	return bp
+}
+
+func putBuf(bp *[]byte) {
+	if cap(*bp) <= 1<<20 {
 		bufPool.Put(bp)
 	}
 }
@@ -258,7 +267,6 @@ func (c *call) listResponses(seg []string) {
 		s.mu.Unlock()
 		s.mu.RLock()
 	}
-	defer s.mu.RUnlock()
 	ids := sv.list(&q, now)
 	total := len(ids)
 	from, to := pageBounds(q.page, q.perPage, total)
@@ -268,7 +276,9 @@ func (c *call) listResponses(seg []string) {
 		scheme = "https"
 	}
 	prefix := scheme + "://" + c.r.Host + "/v1/surveys/" + seg[1] + "/responses/"
-	c.ok(http.StatusOK, func(b []byte) []byte {
+	// Render under the lock (ids may alias the index), write after it: a
+	// slow client must not hold the lock.
+	bp := c.render(http.StatusOK, func(b []byte) []byte {
 		b = append(b, `{"per_page":`...)
 		b = strconv.AppendInt(b, int64(q.perPage), 10)
 		b = append(b, `,"page":`...)
@@ -290,6 +300,9 @@ func (c *call) listResponses(seg []string) {
 		}
 		return append(b, "]}"...)
 	})
+	s.mu.RUnlock()
+	c.write(http.StatusOK, *bp)
+	putBuf(bp)
 }
 
 // parseListQuery reads the list filters; a non-empty message is a 400.
