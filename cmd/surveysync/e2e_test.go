@@ -107,7 +107,7 @@ func writeConfig(t *testing.T, e *emulator, w *warehouse, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
 	var b strings.Builder
-	fmt.Fprintf(&b, "api:\n  base_url: %s/v1\n  token: %s\n  user_agent: \"surveysync-e2e (e2e@example.invalid)\"\n  max_concurrency: 32\n  rate_limit: 0\n  max_retries: 10\n", e.srv.URL, tokenOf(e))
+	fmt.Fprintf(&b, "api:\n  base_url: %s/v1\n  token: %s\n  user_agent: \"surveysync-e2e (e2e@example.invalid)\"\n  max_concurrency: 32\n  rate_limit: 100000\n  max_retries: 10\n", e.srv.URL, tokenOf(e))
 	fmt.Fprintf(&b, "surveys: [%s]\n", joinIDs(e.ids))
 	if w != nil {
 		fmt.Fprintf(&b, "clickhouse:\n  addr: [%s]\n  database: %s\n", w.addr, w.db)
@@ -249,22 +249,30 @@ func optStr(v *string) string {
 
 func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
 	t.Helper()
+	out, err := readWarehouse(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func readWarehouse(w *warehouse) (map[string]string, error) {
 	ctx := context.Background()
 	out := map[string]string{}
 	rows, err := w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), survey_id, response_status,
 		if(isNull(date_completed), '-', formatDateTime(assumeNotNull(date_completed), '%%Y-%%m-%%dT%%H:%%M:%%SZ'))
 		FROM %s.responses_current`, w.db))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for rows.Next() {
 		var id, status, completed string
 		var sid int64
 		if err := rows.Scan(&id, &sid, &status, &completed); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if _, dup := out[id]; dup {
-			t.Fatalf("response %s appears twice in responses_current", id)
+			return nil, fmt.Errorf("response %s appears twice in responses_current", id)
 		}
 		out[id] = fmt.Sprintf("%d|%s|%s|", sid, status, completed)
 	}
@@ -272,7 +280,7 @@ func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
 	rows, err = w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), page_index, question_index, answer_index, question_id,
 		choice_id, row_id, value, text FROM %s.answers_current ORDER BY response_id, page_index, question_index, answer_index`, w.db))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -281,7 +289,7 @@ func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
 		var qid int64
 		var choice, row, value *int64
 		if err := rows.Scan(&id, &pi, &qi, &ai, &qid, &choice, &row, &value, &text); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		toFlex := func(p *int64) *survey.FlexInt {
 			if p == nil {
@@ -291,7 +299,7 @@ func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
 		}
 		out[id] += fmt.Sprintf("[%d.%d.%d %d %s %s %s %s]", pi, qi, ai, qid, optInt(toFlex(choice)), optInt(toFlex(row)), optInt(toFlex(value)), text)
 	}
-	return out
+	return out, rows.Err()
 }
 
 func diff(want, got map[string]string) string {
@@ -326,8 +334,10 @@ func waitConverged(t *testing.T, e *emulator, w *warehouse, timeout time.Duratio
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
-		last = diff(truthFingerprints(e), warehouseFingerprints(t, w))
-		if last == "" {
+		got, err := readWarehouse(w)
+		if err != nil {
+			last = err.Error()
+		} else if last = diff(truthFingerprints(e), got); last == "" {
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -346,6 +356,12 @@ func specs(n, responses int, seed int64) []sim.SurveySpec {
 func newEmulator(t *testing.T, opts sim.Options) *emulator {
 	tok := "e2e-secret-token-" + randHex(8)
 	opts.Token = tok
+	if opts.Now == nil {
+		// The emulator's clock stands still, so its truth cannot move on
+		// (a partial completing) between the sync and the comparison.
+		fixed := time.Now().UTC().Add(-time.Minute)
+		opts.Now = func() time.Time { return fixed }
+	}
 	e := startSim(t, opts)
 	tokens.Store(e, tok)
 	return e
@@ -378,12 +394,14 @@ func TestChangesDuringSyncEndUpExact(t *testing.T) {
 	e := newEmulator(t, sim.Options{Surveys: specs(1, 800, 11)})
 	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  overlap: 1m\n  reconcile_interval: 2s\n  partial_lookback: 24000h\n")
 	d := startDaemon(t, cfg)
+	waitConverged(t, e, w, 90*time.Second)
+	// Now, while it stays in sync: delete some, complete partials (dated
+	// before the overlap: only reconcile can see that), add new ones.
 	sid := e.ids[0]
 	var all []survey.Response
 	for r := range e.sim.Responses(sid) {
 		all = append(all, r)
 	}
-	// While it syncs: delete some, complete partials, add new ones.
 	deleted := 0
 	completed := 0
 	for i, r := range all {
@@ -399,7 +417,7 @@ func TestChangesDuringSyncEndUpExact(t *testing.T) {
 		}
 	}
 	for range 20 {
-		now := time.Now().UTC()
+		now := time.Now().UTC().Add(-2 * time.Minute) // before the emulator's standing clock
 		if _, err := e.sim.AddResponse(sid, survey.Response{ResponseStatus: survey.StatusCompleted,
 			DateCreated: survey.Time{Time: now.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(now.Add(-time.Second))}); err != nil {
 			t.Fatal(err)

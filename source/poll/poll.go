@@ -23,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,9 +47,10 @@ type Submitter interface {
 }
 
 // Inventory tells which responses the warehouse holds as current (not
-// deleted); the reconcile pass compares it with the lists. Optional.
+// deleted), with their status; the reconcile pass compares it with the
+// lists. Optional.
 type Inventory interface {
-	CurrentResponseIDs(ctx context.Context, surveyID int64) ([]survey.GUID, error)
+	CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
 }
 
 // Options tune the poller. Zero values take the defaults noted.
@@ -599,34 +601,36 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 }
 
 // reconcile lists every id of a survey in every stream and re-reads the
-// responses on one side only.
+// responses the two sides disagree on: in the warehouse but in no list (a
+// deletion), in a list but not in the warehouse (missed), or listed under
+// another status than the warehouse shows (a change the windows missed, such
+// as a late completion dated before the watermark's overlap).
 func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	start := p.o.Now()
-	have, err := p.inv.CurrentResponseIDs(ctx, surveyID)
+	have, err := p.inv.CurrentResponses(ctx, surveyID)
 	if err != nil {
 		return fmt.Errorf("reconcile survey %d: read warehouse ids: %w", surveyID, err)
 	}
 	listed := make(map[survey.GUID]struct{}, len(have))
-	var missing []survey.GUID
-	haveSet := make(map[survey.GUID]struct{}, len(have))
-	for _, id := range have {
-		haveSet[id] = struct{}{}
-	}
+	var missing, changed []survey.GUID
 	for _, stream := range p.o.Statuses {
-		total := -1
 		for page := 1; ; page++ {
 			q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
 			l, err := p.lister.ListResponses(ctx, surveyID, q)
 			if err != nil {
 				return fmt.Errorf("reconcile survey %d: list %s page %d: %w", surveyID, stream, page, err)
 			}
-			if total < 0 {
-				total = l.Total
-			}
 			for _, it := range l.Data {
+				if _, dup := listed[it.ResponseID]; dup {
+					continue
+				}
 				listed[it.ResponseID] = struct{}{}
-				if _, ok := haveSet[it.ResponseID]; !ok {
+				status, ok := have[it.ResponseID]
+				switch {
+				case !ok:
 					missing = append(missing, it.ResponseID)
+				case status != stream:
+					changed = append(changed, it.ResponseID)
 				}
 			}
 			if len(l.Data) < p.o.PerPage || page*p.o.PerPage >= l.Total {
@@ -635,7 +639,7 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 		}
 	}
 	var vanished []survey.GUID
-	for _, id := range have {
+	for id := range have {
 		if _, ok := listed[id]; !ok {
 			vanished = append(vanished, id)
 		}
@@ -643,7 +647,7 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	tr := &tracker{done: make(chan struct{}, 1)}
 	w := tr.open(start, start)
 	noop := func() {}
-	for _, id := range append(vanished, missing...) {
+	for _, id := range slices.Concat(vanished, missing, changed) {
 		if err := p.submit(ctx, tr, w, surveyID, id, "reconcile", noop); err != nil {
 			tr.sealed(w)
 			return err
@@ -666,8 +670,10 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	}
 	p.m.reconciled.WithLabelValues("vanished").Add(float64(len(vanished)))
 	p.m.reconciled.WithLabelValues("missing").Add(float64(len(missing)))
-	if len(vanished)+len(missing) > 0 {
-		p.o.Logger.Info("reconcile re-read responses", "survey_id", surveyID, "vanished", len(vanished), "missing", len(missing))
+	p.m.reconciled.WithLabelValues("status_changed").Add(float64(len(changed)))
+	if len(vanished)+len(missing)+len(changed) > 0 {
+		p.o.Logger.Info("reconcile re-read responses", "survey_id", surveyID,
+			"vanished", len(vanished), "missing", len(missing), "status_changed", len(changed))
 	}
 	return nil
 }

@@ -216,25 +216,26 @@ func TestWindowRepagedWhenTotalChanges(t *testing.T) {
 	}
 }
 
-type inv struct{ ids []survey.GUID }
+type inv map[survey.GUID]string
 
-func (i inv) CurrentResponseIDs(context.Context, int64) ([]survey.GUID, error) { return i.ids, nil }
+func (i inv) CurrentResponses(context.Context, int64) (map[survey.GUID]string, error) { return i, nil }
 
 func TestReconcileRereadsVanishedAndMissing(t *testing.T) {
 	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 	resps := gen(10, now.Add(-10*time.Hour), survey.StatusCompleted)
 	api := &fakeAPI{resps: resps[1:]} // resps[0] was deleted at the service
-	have := []survey.GUID{resps[0].id}
+	have := inv{resps[0].id: "completed"}
 	for _, r := range resps[1:9] { // resps[9] never reached the warehouse
-		have = append(have, r.id)
+		have[r.id] = "completed"
 	}
+	have[resps[5].id] = "partial" // completed at the service since
 	sub := &fakeSub{}
-	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, inv{have})
+	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, have)
 	if err := p.reconcile(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
-	if len(sub.got) != 2 || sub.got[resps[0].id] != 1 || sub.got[resps[9].id] != 1 {
-		t.Fatalf("reconcile submitted %v, want the vanished and the missing one", sub.got)
+	if len(sub.got) != 3 || sub.got[resps[0].id] != 1 || sub.got[resps[9].id] != 1 || sub.got[resps[5].id] != 1 {
+		t.Fatalf("reconcile submitted %v, want the vanished, the missing and the changed one", sub.got)
 	}
 }
 
