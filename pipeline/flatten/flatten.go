@@ -66,10 +66,12 @@ type Builder struct {
 
 	nResp, nAns int
 	bytes       int
-	// sizes of the last flushed batch, used to reserve capacity
-	lastResp, lastAns int
-	strs              []*array.StringBuilder // every string builder
-	lastData          []int                  // their data bytes at the last Flush
+	// Expected batch size, to reserve capacity when a batch starts: the
+	// last batch's size, or half the previous estimate if that is larger
+	// (grow at once, shrink gradually after a burst).
+	estResp, estAns int
+	strs            []*array.StringBuilder // every string builder
+	estData         []int                  // their expected data bytes
 
 	token hash.Hash
 	buf   [8]byte
@@ -127,7 +129,7 @@ func NewBuilder(mem memory.Allocator) *Builder {
 			b.strs = append(b.strs, sb)
 		}
 	}
-	b.lastData = make([]int, len(b.strs))
+	b.estData = make([]int, len(b.strs))
 	af := fieldsByName(b.ans)
 	b.a = ansCols{
 		responseID:  af["response_id"].(*array.StringBuilder),
@@ -209,6 +211,9 @@ func (b *Builder) Add(it Item) error {
 	}
 
 	// Nothing below can fail: the item is appended whole.
+	if b.nResp == 0 {
+		b.reserve()
+	}
 	b.appendResponse(it, id, deleted)
 	if nAns > 0 {
 		b.appendAnswers(it, id, nAns)
@@ -457,7 +462,7 @@ func ts(t time.Time) arrow.Timestamp {
 // Token is a hash of the (response_id, _version) pairs in the order added.
 func (b *Builder) Flush() *Batch {
 	for i, sb := range b.strs {
-		b.lastData[i] = sb.DataLen()
+		b.estData[i] = max(sb.DataLen(), b.estData[i]/2)
 	}
 	batch := &Batch{
 		Responses: b.resp.NewRecord(),
@@ -466,23 +471,23 @@ func (b *Builder) Flush() *Batch {
 	var sum [sha256.Size]byte
 	batch.Token = hex.EncodeToString(b.token.Sum(sum[:0])[:16])
 	b.token.Reset()
-	b.lastResp, b.lastAns = b.nResp, b.nAns
+	b.estResp, b.estAns = max(b.nResp, b.estResp/2), max(b.nAns, b.estAns/2)
 	b.nResp, b.nAns, b.bytes = 0, 0, 0
-	b.reserve()
 	return batch
 }
 
-// reserve sizes the fresh builders for a batch like the last one, so that
-// the next batch grows its buffers at most a few times.
+// reserve sizes the builders for the expected batch when a batch starts,
+// so that it grows its buffers at most a few times. Reserving at the first
+// Add rather than at Flush keeps an idle builder small.
 func (b *Builder) reserve() {
-	if b.lastResp > 0 {
-		b.resp.Reserve(b.lastResp)
+	if b.estResp > 0 {
+		b.resp.Reserve(b.estResp)
 	}
-	if b.lastAns > 0 {
-		b.ans.Reserve(b.lastAns)
+	if b.estAns > 0 {
+		b.ans.Reserve(b.estAns)
 	}
 	for i, sb := range b.strs {
-		if n := b.lastData[i]; n > 0 {
+		if n := b.estData[i]; n > 0 {
 			sb.ReserveData(n)
 		}
 	}
