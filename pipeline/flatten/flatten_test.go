@@ -437,3 +437,34 @@ func FuzzAdd(f *testing.F) {
 		checkBatch(t, batch)
 	})
 }
+
+// After a burst, an idle builder holds next to nothing and the reservation
+// for later small batches decays.
+func TestReservationDecays(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	b := NewBuilder(mem)
+	defer b.Release()
+	items := benchItems(t, 2000)
+	for _, it := range items {
+		if err := b.Add(it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := mem.CurrentAlloc()
+	b.Flush().Release()
+	if idle := mem.CurrentAlloc(); idle > 64<<10 {
+		t.Errorf("idle builder holds %d bytes after a flush", idle)
+	}
+	var last int
+	for range 20 {
+		if err := b.Add(items[0]); err != nil {
+			t.Fatal(err)
+		}
+		last = mem.CurrentAlloc()
+		b.Flush().Release()
+	}
+	if last > big/100 {
+		t.Errorf("a one-response batch holds %d bytes after 20 small batches (burst: %d)", last, big)
+	}
+}
