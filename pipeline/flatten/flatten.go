@@ -57,7 +57,13 @@ const maxIndex = math.MaxUint16
 //     and value are null. An answer that carries only file_id (uploads) gets
 //     the file id as its text. Each answers row repeats response_status,
 //     date_completed and _version of its response.
-//   - response_id is always lower case.
+//   - response_id is always lower case. Timestamps are UTC milliseconds
+//     (finer digits are dropped); a missing date_created is the Unix epoch.
+//
+// Appending allocates nothing per row: strings are copied straight into the
+// builders' buffers, and when a batch starts the builders reserve room for
+// one as large as the last (decaying after a burst, so an idle Builder
+// stays small). Flush hands the buffers over to the batch.
 type Builder struct {
 	resp *array.RecordBuilder
 	ans  *array.RecordBuilder
