@@ -86,7 +86,6 @@ ALL INNER JOIN (SELECT response_id, latest_version AS _version FROM (SELECT resp
     argMax(is_deleted, _version) AS deleted FROM DB.responses GROUP BY response_id) WHERE deleted = 0)
 USING (response_id, _version)`)
 
-
 	queries := []struct{ name, sql string }{
 		{"responses_current (FINAL, shipped): count", "SELECT count() FROM DB.responses_current"},
 		{"responses_argmax (argMax tuple): count", "SELECT count() FROM DB.responses_argmax"},

@@ -1,0 +1,160 @@
+package clickhouse
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// coreDDL renders the bootstrap and the core migrations (0001–0009) as one
+// text, statements separated by ";" lines.
+func coreDDL(t *testing.T, d tmplData) string {
+	t.Helper()
+	ms, err := loadMigrations(migrationsFS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := bootstrap(d)
+	for _, m := range ms {
+		if m.Version > 9 {
+			continue
+		}
+		ss, err := render(m, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts = append(stmts, "-- "+m.File)
+		stmts = append(stmts, ss...)
+	}
+	return strings.Join(stmts, "\n;\n") + "\n"
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", path, diff)
+	}
+}
+
+func TestGoldenDDLSingle(t *testing.T) {
+	checkGolden(t, "ddl_single.sql", coreDDL(t, newTmplData("surveysync", "", true)))
+}
+
+func TestGoldenDDLCluster(t *testing.T) {
+	got := coreDDL(t, newTmplData("surveysync", "warehouse", true))
+	checkGolden(t, "ddl_cluster.sql", got)
+	// Every statement runs on the whole cluster, and every storage table has
+	// its Distributed table under the public name.
+	for _, stmt := range strings.Split(got, "\n;\n") {
+		if strings.HasPrefix(stmt, "--") {
+			continue
+		}
+		if !strings.Contains(stmt, " ON CLUSTER warehouse") {
+			t.Errorf("statement without ON CLUSTER:\n%s", stmt)
+		}
+	}
+	for _, table := range []string{"responses", "answers", "sync_state", "surveys"} {
+		local := "CREATE TABLE IF NOT EXISTS surveysync." + table + "_local ON CLUSTER warehouse"
+		dist := "CREATE TABLE IF NOT EXISTS surveysync." + table + " ON CLUSTER warehouse AS surveysync." + table + "_local\nENGINE = Distributed(warehouse, surveysync, " + table + "_local, "
+		if !strings.Contains(got, local) || !strings.Contains(got, dist) {
+			t.Errorf("cluster DDL lacks %s_local or its Distributed table", table)
+		}
+	}
+	if !strings.Contains(got, "FROM surveysync.responses_local FINAL") {
+		t.Error("answers_current must check versions against the shard's local responses")
+	}
+}
+
+func TestLoadMigrations(t *testing.T) {
+	ms, err := loadMigrations(migrationsFS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < 2 || ms[0].Version != 1 || ms[0].Name != "core_tables" || ms[1].Version != 2 {
+		t.Fatalf("migrations = %+v", ms)
+	}
+	for i := 1; i < len(ms); i++ {
+		if ms[i].Version <= ms[i-1].Version {
+			t.Errorf("not sorted: %s after %s", ms[i].File, ms[i-1].File)
+		}
+	}
+	// Every migration renders in both modes.
+	for _, d := range []tmplData{newTmplData("db", "", true), newTmplData("db", "c", true)} {
+		for _, m := range ms {
+			if _, err := render(m, d); err != nil {
+				t.Errorf("%s: %v", m.File, err)
+			}
+		}
+	}
+
+	dup := fstest.MapFS{
+		"migrations/0001_a.sql": {Data: []byte("SELECT 1")},
+		"migrations/0001_b.sql": {Data: []byte("SELECT 2")},
+	}
+	if _, err := loadMigrations(dup); err == nil || !strings.Contains(err.Error(), "share version 1") {
+		t.Errorf("duplicate versions: err = %v", err)
+	}
+	bad := fstest.MapFS{"migrations/1_a.sql": {Data: []byte("SELECT 1")}}
+	if _, err := loadMigrations(bad); err == nil {
+		t.Error("badly named migration accepted")
+	}
+}
+
+func TestRenderSplitsStatements(t *testing.T) {
+	m := migration{File: "0005_x.sql", Text: `-- a comment
+CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = MergeTree ORDER BY a
+;
+   ;
+{{.Distributed "t" "rand()"}}
+;
+-- only a comment
+;
+SELECT ';' -- not a separator
+`}
+	got, err := render(m, newTmplData("db", "", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"CREATE TABLE IF NOT EXISTS db.t (a UInt8) ENGINE = MergeTree ORDER BY a",
+		"SELECT ';' -- not a separator",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("single (-want +got):\n%s", diff)
+	}
+	got, err = render(m, newTmplData("db", "c", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{
+		"CREATE TABLE IF NOT EXISTS db.t_local (a UInt8) ENGINE = MergeTree ORDER BY a",
+		"CREATE TABLE IF NOT EXISTS db.t AS db.t_local\nENGINE = Distributed(c, db, t_local, rand())",
+		"SELECT ';' -- not a separator",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("cluster without ON CLUSTER (-want +got):\n%s", diff)
+	}
+	if _, err := render(migration{File: "0006_y.sql", Text: "{{.Nope}}"}, newTmplData("db", "", true)); err == nil {
+		t.Error("unknown template field accepted")
+	}
+}
