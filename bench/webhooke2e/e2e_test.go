@@ -3,17 +3,22 @@
 // spools it, a Processor hands it to the pipeline (fetch through surveyapi,
 // flatten, batch, write to ClickHouse) while a backfill of another survey
 // runs through the same pipeline, and the test polls responses_current until
-// the row is visible. It needs a ClickHouse server
+// the row is visible. TestTwoDaemonsOneRowPerResponse puts two receivers
+// with their own spools and pipelines behind one URL. Both need a ClickHouse server
 // (SURVEYSYNC_TEST_CLICKHOUSE_ADDR) and skips without one.
 //
 //	SURVEYSYNC_TEST_CLICKHOUSE_ADDR=127.0.0.1:9000 go test -run WebhookToRow -v ./bench/webhooke2e
 package webhooke2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sort"
@@ -306,4 +311,169 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// daemon is the webhook half of one surveysync process: a receiver with
+// its own spool, a pipeline and an API client, writing to the shared
+// ClickHouse database.
+type daemon struct {
+	written atomic.Int64 // response_received events whose rows are durable
+	rx      *webhookrx.Receiver
+	pl      *pipeline.Pipeline
+	client  *surveyapi.Client
+	stop    func() error
+}
+
+func startDaemon(t *testing.T, apiURL string, sink *clickhouse.Sink) *daemon {
+	t.Helper()
+	client, err := surveyapi.New(surveyapi.Options{BaseURL: apiURL + "/v1", Token: "e2e", UserAgent: "surveysync-e2e (ops@example.com)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{client: client, pl: pipeline.New(pipeline.Options{MaxDelay: 100 * time.Millisecond}, client, sink)}
+	proc := webhookrx.ProcessorFunc(func(ctx context.Context, ev webhookrx.Event) error {
+		if ev.Kind() != webhookrx.KindResponseReceived {
+			return nil
+		}
+		done := make(chan error, 1)
+		if err := d.pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
+			Done: func(err error) { done <- err }}); err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			if err == nil {
+				d.written.Add(1)
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	d.rx, err = webhookrx.New(webhookrx.Options{Path: "/hooks/e2e-0123456789abcdef", SpoolDir: t.TempDir()}, proc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rxCtx, rxStop := context.WithCancel(context.Background())
+	rxDone, plDone := make(chan error, 1), make(chan error, 1)
+	go func() { rxDone <- d.rx.Run(rxCtx) }()
+	go func() { plDone <- d.pl.Run(context.Background()) }()
+	for d.rx.Ready() != nil {
+		time.Sleep(time.Millisecond)
+	}
+	d.stop = func() error {
+		rxStop()
+		err := <-rxDone
+		d.pl.CloseInput()
+		if perr := <-plDone; err == nil {
+			err = perr
+		}
+		client.Close()
+		return err
+	}
+	return d
+}
+
+// balancer stands for a load balancer in front of two daemons that sends an
+// event's first attempt to the first daemon and loses its answer, and the
+// service's retry to the second: every event is kept and processed by
+// both.
+type balancer struct {
+	backends [2]http.Handler
+	mu       sync.Mutex
+	seen     map[[32]byte]bool
+}
+
+func (lb *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	key := sha256.Sum256(body)
+	lb.mu.Lock()
+	first := !lb.seen[key]
+	lb.seen[key] = true
+	lb.mu.Unlock()
+	if first {
+		lb.backends[0].ServeHTTP(httptest.NewRecorder(), r) // kept, but the 200 is lost
+		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
+		return
+	}
+	lb.backends[1].ServeHTTP(w, r)
+}
+
+// Two daemons behind one URL, each event delivered to both: still one row
+// per response in responses_current.
+func TestTwoDaemonsOneRowPerResponse(t *testing.T) {
+	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+	if addr == "" {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var rb [6]byte
+	rand.Read(rb[:])
+	db := "test_webhooke2e_" + hex.EncodeToString(rb[:])
+	sink, err := clickhouse.Open(ctx, clickhouse.Options{Addr: []string{addr}, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := sink.Conn().Exec(context.Background(), "DROP DATABASE IF EXISTS "+db); err != nil {
+			t.Errorf("drop %s: %v", db, err)
+		}
+		sink.Close()
+	}()
+
+	lb := &balancer{seen: map[[32]byte]bool{}}
+	front := httptest.NewServer(lb)
+	defer front.Close()
+	s, err := sim.New(sim.Options{
+		Surveys:         []sim.SurveySpec{{ID: liveSurvey, Responses: 0}},
+		WebhookURL:      front.URL + "/hooks/e2e-0123456789abcdef",
+		WebhookSchedule: []time.Duration{0, 30 * time.Millisecond, 300 * time.Millisecond, 3 * time.Second, 36 * time.Second, 864 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(s.Handler())
+	defer api.Close()
+	a, b := startDaemon(t, api.URL, sink), startDaemon(t, api.URL, sink)
+	lb.backends = [2]http.Handler{a.rx.Handler(), b.rx.Handler()}
+
+	const n = 60
+	for range n {
+		if _, err := s.AddResponse(liveSurvey, survey.Response{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(q string) (uint64, uint64) {
+		var c, u uint64
+		if err := sink.Conn().QueryRow(ctx, q).Scan(&c, &u); err != nil {
+			t.Fatal(err)
+		}
+		return c, u
+	}
+	deadline := time.Now().Add(time.Minute)
+	for a.written.Load()+b.written.Load() < 2*n {
+		if time.Now().After(deadline) {
+			t.Fatalf("written %d + %d responses, want %d (each event processed by both daemons)", a.written.Load(), b.written.Load(), 2*n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Close()
+	if err := a.stop(); err != nil {
+		t.Error(err)
+	}
+	if err := b.stop(); err != nil {
+		t.Error(err)
+	}
+	rows, ids := count(fmt.Sprintf("SELECT count(), uniqExact(response_id) FROM %s.responses_current WHERE survey_id = %d", db, liveSurvey))
+	if rows != n || ids != n {
+		t.Fatalf("responses_current: %d rows, %d distinct responses; want %d and %d", rows, ids, n, n)
+	}
+	for _, d := range s.WebhookDeliveries() {
+		if d.GaveUp {
+			t.Errorf("event %d given up", d.Event)
+		}
+	}
+	t.Logf("%d events, processed %d times by daemon A and %d times by daemon B: %d rows in responses_current", n, a.written.Load(), b.written.Load(), rows)
 }
