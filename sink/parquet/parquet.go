@@ -232,6 +232,9 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
+	if resp, ans := b.Rows(); resp == 0 && ans == 0 {
+		return nil
+	}
 	if b.Token == "" || strings.ContainsAny(b.Token, `/\.`) {
 		return fmt.Errorf("parquet sink: batch token %q cannot name a file", b.Token)
 	}
