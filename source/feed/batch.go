@@ -102,8 +102,9 @@ type feed struct {
 	grace   time.Duration
 	classes func(error) (state, msg string)
 
-	loadMu sync.Mutex
-	loaded bool
+	loadMu    sync.Mutex
+	loaded    bool // loaded for real runs (open intents recorded as uncertain)
+	loadedDry bool // loaded for dry runs only
 
 	mu          sync.Mutex
 	keys        map[keyID]uint8
@@ -129,7 +130,7 @@ func (f *feed) version(t time.Time) uint64 {
 func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 	f.loadMu.Lock()
 	defer f.loadMu.Unlock()
-	if f.loaded {
+	if f.loaded || (dry && f.loadedDry) {
 		return nil
 	}
 	keys := make(map[keyID]uint8)
@@ -191,7 +192,11 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 	}
 	f.log.Info("feed ledger loaded", "feed", f.opts.Name, "records", n, "keys", len(keys),
 		"uncertain", uncertain, "took", time.Since(start).Round(time.Millisecond))
-	f.loaded = true
+	if dry {
+		f.loadedDry = true // a real run loads again and settles open intents
+	} else {
+		f.loaded = true
+	}
 	return nil
 }
 

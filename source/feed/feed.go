@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -103,7 +104,7 @@ type Salutation struct {
 // CSVDirOptions configure a csv_dir feed.
 type CSVDirOptions struct {
 	Dir       string // files are dropped here; processing/, done/, failed/ are created inside
-	Delimiter string // "," or ";"; empty detects it from the header line
+	Delimiter string // one character (",", ";", "\t", …); empty detects "," or ";" from the header line
 }
 
 // HTTPOptions configure an http feed.
@@ -275,10 +276,8 @@ func (o *Options) validate() error {
 		if o.CSVDir.Dir == "" {
 			return errf("csv_dir.dir must be set")
 		}
-		switch o.CSVDir.Delimiter {
-		case "", ",", ";":
-		default:
-			return errf("csv_dir.delimiter %q: want ',' or ';' (or empty to detect)", o.CSVDir.Delimiter)
+		if d := []rune(o.CSVDir.Delimiter); len(d) > 1 || (len(d) == 1 && (d[0] == '"' || d[0] == '\r' || d[0] == '\n' || d[0] == utf8.RuneError)) {
+			return errf("csv_dir.delimiter %q: want one character such as ',', ';' or a tab (or empty to detect ',' or ';')", o.CSVDir.Delimiter)
 		}
 	case TypeHTTP:
 		if o.HTTP.Path == "" || o.HTTP.Path[0] != '/' {

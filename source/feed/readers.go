@@ -25,20 +25,16 @@ func unreadable(format string, a ...any) error {
 }
 
 // csvRows reads a CSV stream with a header line. delimiter "" detects ','
-// or ';' from the header. It reads one record at a time: memory does not
+// or ';' from the header; otherwise it is the one-character delimiter. It reads one record at a time: memory does not
 // grow with the file.
 func csvRows(r io.Reader, delimiter string, m *mapper) (rowIter, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
 		br.Discard(3)
 	}
-	comma := ','
-	switch delimiter {
-	case ";":
-		comma = ';'
-	case ",":
-	default:
-		comma = detectDelimiter(br)
+	comma := detectDelimiter(br)
+	if d := []rune(delimiter); len(d) == 1 {
+		comma = d[0]
 	}
 	cr := csv.NewReader(br)
 	cr.Comma = comma

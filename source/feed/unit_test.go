@@ -173,6 +173,7 @@ func TestOptionsValidate(t *testing.T) {
 		func(o *Options) { o.HTTP.Token = "" },
 		func(o *Options) { o.Type = TypeCSVDir },
 		func(o *Options) { o.Type = TypeClickHouseQuery },
+		func(o *Options) { o.Type, o.CSVDir = TypeCSVDir, CSVDirOptions{Dir: "d", Delimiter: ";;"} },
 		func(o *Options) { o.Send = SendOptions{MessageID: 3, Schedule: Schedule{Policy: PolicyWindow}} },
 	} {
 		o := good
@@ -212,5 +213,33 @@ func TestFileLedgerTornTail(t *testing.T) {
 	}
 	if strings.Join(keys, ",") != "k1,k3" {
 		t.Fatalf("keys after torn tail: %v", keys)
+	}
+}
+
+func TestCSVDelimiters(t *testing.T) {
+	o := Options{Name: "t", Type: TypeCSVDir, DistributionID: 1, Mapping: map[string]string{"email": "mail", "company": "firma"},
+		CSVDir: CSVDirOptions{Dir: "d"}}
+	o.setDefaults()
+	m := newMapper(&o)
+	for _, c := range []struct{ delim, text string }{
+		{"", "mail,firma\na@b.cz,\"X, s.r.o.\"\n"},
+		{"", "\ufeffmail;firma\na@b.cz;\"X; s.r.o.\"\n"},
+		{"\t", "mail\tfirma\na@b.cz\tX s.r.o.\n"},
+		{";", "mail;firma\r\na@b.cz;X s.r.o.\r\n"},
+	} {
+		rows, err := csvRows(strings.NewReader(c.text), c.delim, m)
+		if err != nil {
+			t.Fatalf("%q: %v", c.text, err)
+		}
+		r, err := rows()
+		if err != nil || r.problem != nil {
+			t.Fatalf("%q: %v %v", c.text, err, r.problem)
+		}
+		if v, _ := r.get("mail"); v != "a@b.cz" {
+			t.Errorf("%q: mail %q", c.text, v)
+		}
+		if v, _ := r.get("firma"); !strings.HasPrefix(v, "X") || r.line != 2 {
+			t.Errorf("%q: firma %q line %d", c.text, v, r.line)
+		}
 	}
 }
