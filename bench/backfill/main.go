@@ -1,0 +1,308 @@
+// Command backfill is the load harness of issue 3: it backfills N responses
+// from the emulator (its own process) into ClickHouse with the real
+// surveysync binary, measures responses/s, answers/s and the daemon's peak
+// RSS, then, in the same run, measures the raw rate of inserting answers rows
+// of the same shape with clickhouse-go/v2 alone (the limit).
+//
+//	go run ./bench/backfill -clickhouse 127.0.0.1:9000 -surveys 10 -responses 100000
+//
+// It builds both binaries into a temp folder and drops its database at the end
+// (-keep keeps it).
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/google/uuid"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/source/sim"
+)
+
+func main() {
+	addr := flag.String("clickhouse", os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR"), "ClickHouse native address")
+	surveys := flag.Int("surveys", 10, "surveys in the emulator")
+	responses := flag.Int("responses", 100_000, "responses per survey")
+	fetch := flag.Int("fetch-concurrency", 32, "sync.fetch_concurrency")
+	maxRows := flag.Int("max-rows", 100_000, "sync.batch.max_rows")
+	rawRows := flag.Int("raw-rows", 1_000_000, "answers rows inserted by the raw clickhouse-go run")
+	keep := flag.Bool("keep", false, "keep the benchmark database")
+	flag.Parse()
+	if *addr == "" {
+		log.Fatal("set -clickhouse or SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+	}
+	if err := run(*addr, *surveys, *responses, *fetch, *maxRows, *rawRows, *keep); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(addr string, surveys, responses, fetch, maxRows, rawRows int, keep bool) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "surveysync-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, b := range []string{"surveysync", "surveysim"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build %s: %v\n%s", b, err, out)
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	simCmd := exec.Command(filepath.Join(dir, "surveysim"), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--surveys", strconv.Itoa(surveys), "--responses", strconv.Itoa(responses), "--token", "bench-token")
+	simCmd.Stderr = os.Stderr
+	if err := simCmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = simCmd.Process.Kill(); _ = simCmd.Wait() }()
+	if err := waitPort(port, 30*time.Second); err != nil {
+		return err
+	}
+
+	db := fmt.Sprintf("bench_backfill_%d", time.Now().Unix())
+	conn, err := ch.Open(&ch.Options{Addr: []string{addr}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if !keep {
+		defer conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
+	}
+	ids := make([]string, surveys)
+	for i := range ids {
+		ids[i] = strconv.Itoa(4574 + i)
+	}
+	cfg := fmt.Sprintf(`api:
+  base_url: http://127.0.0.1:%d/v1
+  token: bench-token
+  user_agent: "surveysync-bench (bench@example.invalid)"
+  max_concurrency: %d
+  rate_limit: 0
+surveys: [%s]
+clickhouse:
+  addr: [%s]
+  database: %s
+metrics:
+  listen: ""
+sync:
+  fetch_concurrency: %d
+  settle_lag: 0s
+  batch:
+    max_rows: %d
+    max_delay: 2s
+`, port, fetch, strings.Join(ids, ", "), addr, db, fetch, maxRows)
+	cfgPath := filepath.Join(dir, "bench.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+
+	total := surveys * responses
+	fmt.Printf("backfill: %d surveys × %d responses = %d responses, fetch_concurrency %d, max_rows %d\n", surveys, responses, total, fetch, maxRows)
+	start := time.Now()
+	cmd := exec.Command(filepath.Join(dir, "surveysync"), "run", "--config", cfgPath, "--exit-when-synced")
+	logf, _ := os.Create(filepath.Join(os.TempDir(), "surveysync-bench.log"))
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var peak int64
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("surveysync: %v (log: %s)", err, logf.Name())
+			}
+			break wait
+		case <-tick.C:
+			if v := vmHWM(cmd.Process.Pid); v > peak {
+				peak = v
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	var nResp, nAns uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+db+".responses_current").Scan(&nResp); err != nil {
+		return err
+	}
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+db+".answers").Scan(&nAns); err != nil {
+		return err
+	}
+	respRate := float64(nResp) / elapsed.Seconds()
+	ansRate := float64(nAns) / elapsed.Seconds()
+	fmt.Printf("end to end: %d responses, %d answers rows in %s: %.0f responses/s, %.0f answers/s; daemon peak RSS %d MB\n",
+		nResp, nAns, elapsed.Round(time.Millisecond), respRate, ansRate, peak/1024)
+
+	raw, err := rawInsert(ctx, conn, db, rawRows)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("raw clickhouse-go/v2 columnar insert, same answers shape, 100k-row batches: %.0f rows/s\n", raw)
+	fmt.Printf("ratio: end-to-end answers/s ÷ raw insert rows/s = %.2f\n", ansRate/raw)
+	return nil
+}
+
+// rawInsert inserts n answers rows (of generated responses, flattened by
+// hand) into a copy of the answers table, column-wise, 100k rows a batch.
+func rawInsert(ctx context.Context, conn driver.Conn, db string, n int) (float64, error) {
+	if err := conn.Exec(ctx, "CREATE TABLE "+db+".answers_raw AS "+db+".answers"); err != nil {
+		return 0, err
+	}
+	s, err := sim.New(sim.Options{Surveys: []sim.SurveySpec{{ID: 1, Responses: n/8 + 1000, Seed: 99}}})
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	const batchRows = 100_000
+	type cols struct {
+		rid                                    []uuid.UUID
+		sid, pid, qid                          []int64
+		pidx, qidx, aidx                       []uint16
+		qtype, qtitle, variable                []string
+		rowID, colID, choiceID, otherID, value []*int64
+		rowL, colL, choiceL, text, status      []string
+		completed                              []*time.Time
+		version                                []uint64
+	}
+	var batches []*cols
+	c := &cols{}
+	rows := 0
+	opt := func(v *survey.FlexInt) *int64 {
+		if v == nil {
+			return nil
+		}
+		x := int64(*v)
+		return &x
+	}
+	str := func(v *string) string {
+		if v == nil {
+			return ""
+		}
+		return *v
+	}
+	for r := range s.Responses(1) {
+		var comp *time.Time
+		if r.DateCompleted != nil {
+			t := r.DateCompleted.Time
+			comp = &t
+		}
+		id := uuid.MustParse(string(r.ResponseID))
+		for pi, p := range r.Pages {
+			for qi, q := range p.Questions {
+				for ai, a := range q.Answers {
+					c.rid = append(c.rid, id)
+					c.sid = append(c.sid, r.SurveyID)
+					c.pid = append(c.pid, p.ID)
+					c.pidx = append(c.pidx, uint16(pi))
+					c.qid = append(c.qid, q.ID)
+					c.qidx = append(c.qidx, uint16(qi))
+					c.qtype = append(c.qtype, q.Type)
+					c.qtitle = append(c.qtitle, q.Title)
+					c.variable = append(c.variable, q.Variable)
+					c.aidx = append(c.aidx, uint16(ai))
+					c.rowID = append(c.rowID, opt(a.RowID))
+					c.rowL = append(c.rowL, str(a.RowLabel))
+					c.colID = append(c.colID, opt(a.ColumnID))
+					c.colL = append(c.colL, str(a.ColumnLabel))
+					c.choiceID = append(c.choiceID, opt(a.ChoiceID))
+					c.choiceL = append(c.choiceL, str(a.ChoiceLabel))
+					c.otherID = append(c.otherID, opt(a.OtherID))
+					c.text = append(c.text, str(a.Text))
+					c.value = append(c.value, opt(a.Value))
+					c.status = append(c.status, r.ResponseStatus)
+					c.completed = append(c.completed, comp)
+					c.version = append(c.version, 1)
+					rows++
+					if len(c.rid) == batchRows {
+						batches = append(batches, c)
+						c = &cols{}
+					}
+				}
+			}
+		}
+		if rows >= n {
+			break
+		}
+	}
+	if len(c.rid) > 0 {
+		batches = append(batches, c)
+	}
+	start := time.Now()
+	for _, c := range batches {
+		b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".answers_raw (response_id, survey_id, page_id, page_index, question_id, question_index, question_type, question_title, variable, answer_index, row_id, row_label, column_id, column_label, choice_id, choice_label, other_id, text, value, response_status, date_completed, _version)")
+		if err != nil {
+			return 0, err
+		}
+		for i, col := range []any{c.rid, c.sid, c.pid, c.pidx, c.qid, c.qidx, c.qtype, c.qtitle, c.variable, c.aidx,
+			c.rowID, c.rowL, c.colID, c.colL, c.choiceID, c.choiceL, c.otherID, c.text, c.value, c.status, c.completed, c.version} {
+			if err := b.Column(i).Append(col); err != nil {
+				return 0, fmt.Errorf("raw append column %d: %w", i, err)
+			}
+		}
+		if err := b.Send(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(rows) / time.Since(start).Seconds(), nil
+}
+
+func vmHWM(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb
+		}
+	}
+	return 0
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitPort(port int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("emulator did not listen on %d", port)
+}
