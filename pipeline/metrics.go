@@ -1,6 +1,13 @@
 package pipeline
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
 
 type metrics struct {
 	submitted    *prometheus.CounterVec
@@ -14,6 +21,18 @@ type metrics struct {
 	writeErrors  prometheus.Counter
 	writeSeconds prometheus.Histogram
 	fetchSeconds prometheus.Histogram
+
+	// Per survey (the polling set: configured surveys and those learned
+	// from webhooks), never per response.
+	surveyResponses *prometheus.CounterVec
+	surveyAnswers   *prometheus.CounterVec
+	newest          *prometheus.GaugeVec
+	newestSeen      map[newestKey]float64 // writer goroutine only
+}
+
+type newestKey struct {
+	survey int64
+	stream string
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,10 +84,79 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to fetch one response detail, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		surveyResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_pipeline_survey_responses_written_total",
+			Help: "Responses durably written, by survey and response status (completed, partial, disqualified, quotafull, deleted, other).",
+		}, []string{"survey_id", "status"}),
+		surveyAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_pipeline_survey_answers_written_total",
+			Help: "Answer rows durably written, by survey and response status.",
+		}, []string{"survey_id", "status"}),
+		newest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "surveysync_pipeline_newest_response_timestamp_seconds",
+			Help: "Unix time of the newest response written, by survey and stream: its date_completed (date_created for partial); sync lag = time() - this.",
+		}, []string{"survey_id", "stream"}),
+		newestSeen: map[newestKey]float64{},
 	}
 	if reg != nil {
 		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.queue, m.flushes,
-			m.batchRows, m.rowsWritten, m.writeErrors, m.writeSeconds, m.fetchSeconds)
+			m.batchRows, m.rowsWritten, m.writeErrors, m.writeSeconds, m.fetchSeconds,
+			m.surveyResponses, m.surveyAnswers, m.newest)
 	}
 	return m
+}
+
+// itemMeta is what the writer records about one response once its batch is
+// durable.
+type itemMeta struct {
+	survey  int64
+	status  string    // a bounded label value (see statusLabel)
+	answers int       // answer rows of this response
+	at      time.Time // date_completed, date_created for partial; zero for deletions
+}
+
+func newItemMeta(surveyID int64, resp *survey.Response, deleted bool, answers int) itemMeta {
+	m := itemMeta{survey: surveyID, status: survey.StatusDeleted, answers: answers}
+	if deleted || resp == nil {
+		return m
+	}
+	m.status = statusLabel(resp.ResponseStatus)
+	switch {
+	case m.status == survey.StatusPartial:
+		m.at = resp.DateCreated.Time
+	case resp.DateCompleted != nil && m.status != "other":
+		m.at = resp.DateCompleted.Time
+	}
+	return m
+}
+
+// statusLabel keeps the status label bounded whatever the service sends.
+func statusLabel(s string) string {
+	switch s {
+	case survey.StatusCompleted, survey.StatusPartial, survey.StatusDisqualified, survey.StatusQuotaFull, survey.StatusDeleted:
+		return s
+	}
+	return "other"
+}
+
+// writtenItems records the per-survey metrics of a durable batch. Only the
+// writer goroutine calls it.
+func (m *metrics) writtenItems(items []itemMeta) {
+	for _, it := range items {
+		id := strconv.FormatInt(it.survey, 10)
+		m.surveyResponses.WithLabelValues(id, it.status).Inc()
+		if it.answers > 0 {
+			m.surveyAnswers.WithLabelValues(id, it.status).Add(float64(it.answers))
+		}
+		if it.at.IsZero() {
+			continue
+		}
+		ts := float64(it.at.Unix())
+		k := newestKey{it.survey, it.status}
+		if old, ok := m.newestSeen[k]; ok && old >= ts {
+			continue
+		}
+		m.newestSeen[k] = ts
+		m.newest.WithLabelValues(id, it.status).Set(ts)
+	}
 }

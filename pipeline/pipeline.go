@@ -154,6 +154,7 @@ type batch struct {
 	b    *flatten.Batch
 	refs []Ref
 	resp []*survey.Response
+	meta []itemMeta
 	why  string
 }
 
@@ -269,6 +270,7 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 	}()
 	var refs []Ref
 	var resps []*survey.Response
+	var metas []itemMeta
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -277,8 +279,8 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 		if len(refs) == 0 {
 			return nil
 		}
-		bt := batch{b: b.Flush(), refs: refs, resp: resps, why: why}
-		refs, resps = nil, nil
+		bt := batch{b: b.Flush(), refs: refs, resp: resps, meta: metas, why: why}
+		refs, resps, metas = nil, nil, nil
 		timer.Stop()
 		p.m.flushes.WithLabelValues(why).Inc()
 		select {
@@ -308,6 +310,7 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 				}
 				return nil
 			}
+			_, answersBefore := b.Rows()
 			if err := b.Add(f.item); err != nil {
 				p.m.rejects.Inc()
 				p.o.Logger.Error("response cannot be flattened; it will be read again",
@@ -319,6 +322,8 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 				timer.Reset(p.o.MaxDelay)
 			}
 			refs = append(refs, f.ref)
+			_, answersAfter := b.Rows()
+			metas = append(metas, newItemMeta(f.ref.SurveyID, f.resp, f.item.Deleted, answersAfter-answersBefore))
 			if f.resp != nil && p.o.OnResponse != nil {
 				resps = append(resps, f.resp)
 			}
@@ -361,6 +366,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 			return err
 		}
 		bt.b.Release()
+		p.m.writtenItems(bt.meta)
 		for _, r := range bt.refs {
 			p.m.written.WithLabelValues(r.Source).Inc()
 			r.Done(nil)
