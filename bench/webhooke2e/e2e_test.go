@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline"
@@ -476,4 +478,222 @@ func TestTwoDaemonsOneRowPerResponse(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, processed %d times by daemon A and %d times by daemon B: %d rows in responses_current", n, a.written.Load(), b.written.Load(), rows)
+}
+
+// chProxy forwards TCP to ClickHouse and can be taken down: while down it
+// cuts every open connection and refuses new ones, as a ClickHouse outage
+// looks to the daemon.
+type chProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newCHProxy(t *testing.T, target string) *chProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &chProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p
+}
+
+func (p *chProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
+		go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+	}
+}
+
+func (p *chProxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+func (p *chProxy) close() {
+	p.ln.Close()
+	p.setDown(true)
+	p.wg.Wait()
+}
+
+// ClickHouse down: webhooks are still accepted and stay spooled; once it
+// is back, every response is written and every event logged.
+func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
+	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+	if addr == "" {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	proxy := newCHProxy(t, addr)
+	defer proxy.close()
+	var rb [6]byte
+	rand.Read(rb[:])
+	db := "test_webhooke2e_" + hex.EncodeToString(rb[:])
+	sink, err := clickhouse.Open(ctx, clickhouse.Options{Addr: []string{proxy.ln.Addr().String()}, Database: db, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := clickhouse.Open(ctx, clickhouse.Options{Addr: []string{addr}, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := direct.Conn().Exec(context.Background(), "DROP DATABASE IF EXISTS "+db); err != nil {
+			t.Errorf("drop %s: %v", db, err)
+		}
+		direct.Close()
+		sink.Close()
+	}()
+
+	s, err := sim.New(sim.Options{Surveys: []sim.SurveySpec{{ID: liveSurvey, Responses: 0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	api := httptest.NewServer(s.Handler())
+	defer api.Close()
+	client, err := surveyapi.New(surveyapi.Options{BaseURL: api.URL + "/v1", Token: "e2e", UserAgent: "surveysync-e2e (ops@example.com)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	pl := pipeline.New(pipeline.Options{MaxDelay: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, client, sink)
+	plDone := make(chan error, 1)
+	go func() { plDone <- pl.Run(context.Background()) }()
+	wl := clickhouse.NewWebhookLog(sink)
+	proc := webhookrx.ProcessorFunc(func(ctx context.Context, ev webhookrx.Event) error {
+		done := make(chan error, 1)
+		if err := pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
+			Done: func(err error) { done <- err }}); err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	reg := prometheus.NewRegistry()
+	rx, err := webhookrx.New(webhookrx.Options{
+		Listen: "127.0.0.1:0", Path: "/hooks/e2e-0123456789abcdef", SpoolDir: t.TempDir(), Registerer: reg,
+		RetryMax: 200 * time.Millisecond, LogInterval: 50 * time.Millisecond,
+	}, proc, webhookrx.EventLogFunc(func(ctx context.Context, es []webhookrx.LogEntry) error {
+		rows := make([]clickhouse.WebhookEvent, len(es))
+		for i, e := range es {
+			rows[i] = clickhouse.WebhookEvent(e)
+		}
+		return wl.LogWebhookEvents(ctx, rows)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rxCtx, rxStop := context.WithCancel(context.Background())
+	rxDone := make(chan error, 1)
+	go func() { rxDone <- rx.Run(rxCtx) }()
+	defer func() {
+		rxStop()
+		if err := <-rxDone; err != nil {
+			t.Error(err)
+		}
+		pl.CloseInput()
+		<-plDone
+	}()
+	for rx.Addr() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	url := "http://" + rx.Addr() + "/hooks/e2e-0123456789abcdef"
+
+	proxy.setDown(true)
+	const n = 30
+	for range n {
+		r, err := s.AddResponse(liveSurvey, survey.Response{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := fmt.Sprintf(`{"event_name":"response_received","survey_id":%d,"response_id":"%s","completed":true}`,
+			liveSurvey, strings.ToUpper(string(r.ResponseID)))
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("webhook while ClickHouse is down: %d, want 200 (spooled)", resp.StatusCode)
+		}
+	}
+	time.Sleep(time.Second)
+	if v := gaugeValue(t, reg, "surveysync_webhook_spool_events"); v != n {
+		t.Fatalf("spool_events while ClickHouse is down = %v, want %d", v, n)
+	}
+	proxy.setDown(false)
+	count := func(q string) uint64 {
+		var c uint64
+		if err := direct.Conn().QueryRow(ctx, q).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rows := count(fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE survey_id = %d", db, liveSurvey))
+		logged := count(fmt.Sprintf("SELECT uniqExact(event_id) FROM %s.webhook_events WHERE survey_id = %d", db, liveSurvey))
+		spooled := gaugeValue(t, reg, "surveysync_webhook_spool_events")
+		if rows == n && logged == n && spooled == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after ClickHouse came back: %d rows, %d logged events, %v still spooled; want %d, %d, 0", rows, logged, spooled, n, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// gaugeValue reads the value of an unlabelled gauge from reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
 }
