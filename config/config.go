@@ -301,7 +301,7 @@ func defaults() *Config {
 			BackfillFrom:      time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
 			FetchConcurrency:  16,
 			Batch: Batch{
-				MaxRows:  100_000,
+				MaxRows:  30_000,
 				MaxBytes: 64 << 20,
 				MaxDelay: time.Second,
 			},
@@ -334,7 +334,7 @@ func defaults() *Config {
 		Demo: Demo{Emulator: Emulator{
 			Listen:             "127.0.0.1:0",
 			Surveys:            3,
-			ResponsesPerSurvey: 200,
+			ResponsesPerSurvey: 1000,
 			Seed:               1,
 		}},
 		Feeds: []Feed{},
