@@ -150,11 +150,13 @@ func (r *Receiver) Run(ctx context.Context) error {
 	for _, ev := range replay {
 		r.m.event(ev.Kind(), evReplayed)
 	}
-	if sp.replayed > 0 {
-		r.m.events.WithLabelValues(KindUnknown, evDuplicate).Add(float64(sp.replayed))
+	alreadyDone := 0
+	for kind, n := range sp.doneAtLoad {
+		r.m.events.WithLabelValues(kind, evDuplicate).Add(float64(n))
+		alreadyDone += n
 	}
-	if len(replay) > 0 || sp.replayed > 0 {
-		s.logger.Info("webhook spool replayed", "events", len(replay), "already_done", sp.replayed, "dir", s.SpoolDir)
+	if len(replay) > 0 || alreadyDone > 0 {
+		s.logger.Info("webhook spool replayed", "events", len(replay), "already_done", alreadyDone, "dir", s.SpoolDir)
 	}
 	r.queue.push(replay...)
 	r.updateGauges(sp)

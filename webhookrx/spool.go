@@ -73,7 +73,9 @@ type spool struct {
 	head     int
 	bytes    int64
 	done     *doneIndex
-	replayed int // duplicates dropped at load
+	// doneAtLoad counts, by kind, the events found in segments at start
+	// that were already done (a crash between done.log and the deletion).
+	doneAtLoad map[string]int
 }
 
 // openSpool locks dir, loads the done index and the segments, and returns
@@ -88,7 +90,7 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 	}
 	s := &spool{
 		dir: dir, segBytes: segBytes, log: log, lock: lock,
-		bySeq: map[uint64]*spooled{}, byID: map[string]*spooled{},
+		bySeq: map[uint64]*spooled{}, byID: map[string]*spooled{}, doneAtLoad: map[string]int{},
 	}
 	fail := func(err error) (*spool, []Event, error) {
 		s.close()
@@ -166,7 +168,7 @@ func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
 		off += n
 		last = max(last, ev.Seq)
 		if s.done.has(ev.ID) || s.byID[ev.ID] != nil {
-			s.replayed++
+			s.doneAtLoad[ev.Kind()]++
 			continue
 		}
 		sp := &spooled{ev: ev, seg: seg, size: int64(n)}

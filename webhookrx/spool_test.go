@@ -222,3 +222,30 @@ func TestSpoolDuplicatesInOneBatchAndCaps(t *testing.T) {
 		t.Errorf("results %v, want %v", res, want)
 	}
 }
+
+// A crash after done.log was synced but before the segment was deleted:
+// at start the events are recognised as done, not processed again, and the
+// segment goes.
+func TestSpoolDoneButNotDeletedAtCrash(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1<<20, 100)
+	evs := appendN(t, sp, 0, 3)
+	if err := sp.done.add(marks(evs[:2])); err != nil { // done.log written, segment kept
+		t.Fatal(err)
+	}
+	sp.close()
+	sp, replay := openTestSpool(t, dir, 1<<20, 100)
+	defer sp.close()
+	if len(replay) != 1 || replay[0].ID != evs[2].ID {
+		t.Fatalf("replayed %d events, want only the third", len(replay))
+	}
+	if sp.doneAtLoad[KindResponseReceived] != 2 {
+		t.Errorf("doneAtLoad = %v", sp.doneAtLoad)
+	}
+	if err := sp.markDone(marks(replay)); err != nil {
+		t.Fatal(err)
+	}
+	if got := walFiles(t, dir); len(got) != 0 {
+		t.Errorf("segments left: %v", got)
+	}
+}
