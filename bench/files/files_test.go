@@ -246,13 +246,16 @@ func TestFilesBenchmark(t *testing.T) {
 	)
 	e := newEnv(t,
 		sim.SurveySpec{ID: 1, Responses: 12_000, Seed: 5, Files: true, FileSize: smallSize},
-		sim.SurveySpec{ID: 2, Responses: 40, Seed: 6, Files: true, FileSize: largeSize},
+		sim.SurveySpec{ID: 2, Responses: 80, Seed: 6, Files: true, FileSize: largeSize},
 	)
 	small, large := e.refs(1, smallN), e.refs(2, largeN)
 	if len(small) != smallN || len(large) != largeN {
 		t.Fatalf("generated %d small and %d large files", len(small), len(large))
 	}
 	for _, tg := range targets() {
+		if only := os.Getenv("SURVEYSYNC_BENCH_TARGET"); only != "" && only != tg.name {
+			continue
+		}
 		t.Run(tg.name, func(t *testing.T) {
 			st := tg.open(t)
 			ix, err := blob.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))

@@ -10,13 +10,14 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"gocloud.dev/blob"
@@ -94,9 +95,10 @@ type Options struct {
 	// spooled to a temporary file in SpoolDir (1 MiB).
 	MemSpool int
 	SpoolDir string // temporary files ("": os.TempDir())
-	// PartSize and PartConcurrency bound the S3 upload of one file: parts of
+	// PartSize and PartConcurrency shape uploads that go through gocloud's
+	// writer in parts (S3 files over 5 GiB, other drivers): parts of
 	// PartSize bytes (5 MiB, S3's minimum), PartConcurrency at once (2).
-	// Memory per large upload is about (PartConcurrency+2) × PartSize.
+	// Spooled files up to 5 GiB go to S3 in one streamed PUT instead.
 	PartSize        int
 	PartConcurrency int
 	// RetryInitial and RetryMax bound the backoff between attempts at one
@@ -195,6 +197,8 @@ type Copier struct {
 
 	spoolPool sync.Pool // *bytes.Buffer
 	copyPool  sync.Pool // *[]byte
+	s3        *s3.Client // set when the store is S3
+	s3Bucket  string
 
 	idxMu  sync.Mutex
 	idxBuf []files.Record
@@ -219,6 +223,10 @@ func NewCopier(st *Store, dl Downloader, idx files.Index, o Options) *Copier {
 	o.defaults()
 	c := &Copier{st: st, dl: dl, idx: idx, o: o, m: newMetrics(o.Registerer), flushC: make(chan struct{}, 1), recent: map[string]bool{}}
 	c.q = newQueue(o.QueueSize, func(n int) { c.m.queueDepth.Set(float64(n)) })
+	var client *s3.Client
+	if st.bucket.As(&client) {
+		c.s3, c.s3Bucket = client, st.bucketName()
+	}
 	memSpool := o.MemSpool
 	c.spoolPool.New = func() any { return bytes.NewBuffer(make([]byte, 0, min(memSpool, 64<<10))) }
 	c.copyPool.New = func() any { b := make([]byte, 128<<10); return &b }
@@ -301,6 +309,14 @@ func (c *Copier) Copy(ctx context.Context, ref files.FileRef) (Stored, error) {
 	if err != nil {
 		return st, &CopyError{ref, ReasonSpool, err}
 	}
+	if c.s3 != nil && sp.f != nil && n <= maxSinglePut {
+		// A spooled file goes up from its temporary file in one PUT: the
+		// SDK streams it from disk, so no part buffers are held in memory.
+		if err := c.putS3File(ctx, key, sp.f, st); err != nil {
+			return st, &CopyError{ref, ReasonStore, fmt.Errorf("write %s: %w", st.ObjectURL, err)}
+		}
+		return st, nil
+	}
 	if err := c.put(ctx, key, r, st); err != nil {
 		return st, &CopyError{ref, ReasonStore, fmt.Errorf("write %s: %w", st.ObjectURL, err)}
 	}
@@ -328,25 +344,13 @@ func (c *Copier) download(ctx context.Context, ref files.FileRef) (*Download, er
 func (c *Copier) put(ctx context.Context, key string, r io.Reader, st Stored) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	md := map[string]string{
-		MetaSHA256:     st.SHA256,
-		MetaSize:       strconv.FormatInt(st.Size, 10),
-		MetaSurveyID:   strconv.FormatInt(st.SurveyID, 10),
-		MetaResponseID: string(st.ResponseID),
-		MetaQuestionID: strconv.FormatInt(st.QuestionID, 10),
-		MetaFileID:     string(st.FileID),
-	}
-	if st.FileName != "" {
-		md[MetaFileName] = st.FileName
-	}
 	opts := &blob.WriterOptions{
 		ContentType:                 st.ContentType,
 		ContentDisposition:          contentDisposition(st.FileName),
-		Metadata:                    md,
+		Metadata:                    metadata(st),
 		BufferSize:                  c.o.PartSize,
 		MaxConcurrency:              c.o.PartConcurrency,
 		DisableContentTypeDetection: true,
-		BeforeWrite:                 c.beforeWrite,
 	}
 	w, err := c.st.bucket.NewWriter(wctx, key, opts)
 	if err != nil {
@@ -360,27 +364,50 @@ func (c *Copier) put(ctx context.Context, key string, r io.Reader, st Stored) er
 	return w.Close()
 }
 
-// beforeWrite bounds the S3 transfer manager's memory: by default it reads
-// the first 16 MiB of a body into memory to choose between one PUT and a
-// multipart upload; this makes that threshold one part.
-func (c *Copier) beforeWrite(as func(any) bool) error {
-	var tm *transfermanager.Client
-	if !as(&tm) || tm == nil {
-		return nil
+// maxSinglePut is S3's limit for one PUT; bigger files go up in parts.
+const maxSinglePut = 5 << 30
+
+// metadata is the object metadata of st.
+func metadata(st Stored) map[string]string {
+	md := map[string]string{
+		MetaSHA256:     st.SHA256,
+		MetaSize:       strconv.FormatInt(st.Size, 10),
+		MetaSurveyID:   strconv.FormatInt(st.SurveyID, 10),
+		MetaResponseID: string(st.ResponseID),
+		MetaQuestionID: strconv.FormatInt(st.QuestionID, 10),
+		MetaFileID:     string(st.FileID),
 	}
-	var client *s3.Client
-	if !c.st.bucket.As(&client) {
-		return nil
+	if st.FileName != "" {
+		md[MetaFileName] = st.FileName
 	}
-	partSize, conc := int64(c.o.PartSize), c.o.PartConcurrency
-	sized := transfermanager.New(client, func(o *transfermanager.Options) {
-		o.RequestChecksumCalculation = client.Options().RequestChecksumCalculation
-		o.PartSizeBytes = partSize
-		o.MultipartUploadThreshold = partSize
-		o.Concurrency = conc
-	})
-	*tm = *sized
-	return nil
+	return md
+}
+
+// putS3File uploads a spooled file with one PutObject, escaping metadata
+// values exactly as gocloud's s3blob does (url.PathEscape), so the object
+// reads back through gocloud like any other. S3 creates the object only
+// when the PUT completes; a failed or cancelled PUT leaves nothing.
+func (c *Copier) putS3File(ctx context.Context, key string, f *os.File, st Stored) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	md := metadata(st)
+	for k, v := range md {
+		md[k] = url.PathEscape(v)
+	}
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(c.s3Bucket),
+		Key:           aws.String(key),
+		Body:          f,
+		ContentLength: aws.Int64(st.Size),
+		ContentType:   aws.String(st.ContentType),
+		Metadata:      md,
+	}
+	if cd := contentDisposition(st.FileName); cd != "" {
+		in.ContentDisposition = aws.String(cd)
+	}
+	_, err := c.s3.PutObject(ctx, in)
+	return err
 }
 
 type spoolWriter struct {

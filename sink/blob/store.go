@@ -55,7 +55,10 @@ type StoreOptions struct {
 type Store struct {
 	bucket *blob.Bucket
 	base   string // scheme://host/path without query, no trailing slash
+	name   string // bucket name (URL host)
 }
+
+func (s *Store) bucketName() string { return s.name }
 
 // DefaultURL is the store used when files.url is empty: dataDir/files.
 func DefaultURL(dataDir string) (string, error) {
@@ -99,13 +102,17 @@ func OpenStore(ctx context.Context, o StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	base := u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")
-	return &Store{bucket: b, base: base}, nil
+	return &Store{bucket: b, base: base, name: u.Host}, nil
 }
 
 // NewStore wraps an already opened bucket; base is the URL prefix used in
 // object_url (e.g. "s3://bucket").
 func NewStore(b *blob.Bucket, base string) *Store {
-	return &Store{bucket: b, base: strings.TrimSuffix(base, "/")}
+	name := ""
+	if u, err := url.Parse(base); err == nil {
+		name = u.Host
+	}
+	return &Store{bucket: b, base: strings.TrimSuffix(base, "/"), name: name}
 }
 
 func openFile(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
