@@ -66,7 +66,10 @@ func kindOf(name string) string {
 // the polling set changed). Any other error is retried with backoff and the
 // event stays in the spool; wrap an error with Permanent to give up on an
 // event that can never succeed (it is logged with outcome "rejected" and
-// removed). Process is never called for unknown event names.
+// removed). Process is never called for unknown event names. It must not
+// modify ev.Body (the spool shares it) and may be called concurrently
+// (Options.ProcessConcurrency); an event may be processed more than once
+// (after a crash), so Process must be idempotent.
 type Processor interface {
 	Process(ctx context.Context, ev Event) error
 }

@@ -523,12 +523,6 @@ func (q *workQueue) signal() {
 	}
 }
 
-func (q *workQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items) - q.head
-}
-
 // pop takes the oldest event, waiting for one; false once stop is closed.
 func (q *workQueue) pop(stop <-chan struct{}) (Event, bool) {
 	for {
