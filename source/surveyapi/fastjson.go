@@ -24,9 +24,43 @@ import (
 // jreader walks a JSON document.
 type jreader struct {
 	b       []byte
+	src     string // a copy of b: unescaped strings are substrings of it (one allocation for all)
 	i       int
-	scratch []byte   // unescaping
-	strs    []string // slab behind *string fields
+	scratch []byte           // unescaping
+	strs    []string         // slab behind *string fields
+	ints    []survey.FlexInt // slab behind *FlexInt fields
+	qs      slab[survey.Question]
+	as      slab[survey.Answer]
+}
+
+// slab hands out contiguous runs of T (the elements of one slice) from
+// shared backing arrays, so that a response's questions and answers cost a
+// few allocations instead of one per question.
+type slab[T any] struct{ buf []T }
+
+// add appends a zero T to the run that began at *start and returns it. When
+// the backing array is full, the run so far moves to a new one (pointers
+// handed out earlier for this run are then stale: fill each T before the
+// next add).
+func (s *slab[T]) add(start *int) *T {
+	if len(s.buf) == cap(s.buf) {
+		run := s.buf[*start:]
+		nb := make([]T, len(run), max(64, 4*len(run)))
+		copy(nb, run)
+		s.buf, *start = nb, 0
+	}
+	s.buf = s.buf[:len(s.buf)+1]
+	return &s.buf[len(s.buf)-1]
+}
+
+// run returns the run that began at start, capped so that appending to it
+// cannot overwrite the next run; never nil (encoding/json makes [] an empty,
+// non-nil slice).
+func (s *slab[T]) run(start int) []T {
+	if len(s.buf) == start {
+		return []T{}
+	}
+	return s.buf[start:len(s.buf):len(s.buf)]
 }
 
 func (r *jreader) ws() {
@@ -223,9 +257,20 @@ func (r *jreader) str() (string, bool) {
 		return "", false
 	}
 	if !esc {
-		return string(s), true
+		return r.substr(s), true
 	}
 	return r.unescape(s)
+}
+
+// substr returns the string of s, a subslice of r.b, without allocating:
+// r.src holds the same bytes.
+func (r *jreader) substr(s []byte) string {
+	end := r.i - 1 // s ended right before the closing quote just consumed
+	return r.src[end-len(s) : end]
+}
+
+func newReader(body []byte) jreader {
+	return jreader{b: body, src: string(body)}
 }
 
 // strInto reads a string into *dst; null leaves it as it is (encoding/json).
@@ -239,7 +284,7 @@ func (r *jreader) strInto(dst *string) bool {
 }
 
 // strPtr reads an optional string: null sets nil. The string headers
-// come from a slab (one allocation per 32), as FlexInts do.
+// come from a slab (one allocation per 64), as FlexInts do.
 func (r *jreader) strPtr(dst **string) bool {
 	if r.null() {
 		*dst = nil
@@ -250,7 +295,7 @@ func (r *jreader) strPtr(dst **string) bool {
 		return false
 	}
 	if len(r.strs) == cap(r.strs) {
-		r.strs = make([]string, 0, 32)
+		r.strs = make([]string, 0, 64)
 	}
 	r.strs = append(r.strs, s)
 	*dst = &r.strs[len(r.strs)-1]
@@ -329,7 +374,7 @@ func (r *jreader) intPtr(dst **int64) bool {
 
 // flexPtr reads an optional survey.FlexInt: null sets nil; a string or an
 // integral float goes through FlexInt's own UnmarshalJSON, as in encoding/json.
-func (r *jreader) flexPtr(dst **survey.FlexInt, slab *[]survey.FlexInt) bool {
+func (r *jreader) flexPtr(dst **survey.FlexInt) bool {
 	if r.null() {
 		*dst = nil
 		return true
@@ -350,22 +395,45 @@ func (r *jreader) flexPtr(dst **survey.FlexInt, slab *[]survey.FlexInt) bool {
 		}
 		v = survey.FlexInt(n)
 	}
-	if len(*slab) == cap(*slab) {
-		*slab = make([]survey.FlexInt, 0, 32)
+	if len(r.ints) == cap(r.ints) {
+		r.ints = make([]survey.FlexInt, 0, 64)
 	}
-	*slab = append(*slab, v)
-	*dst = &(*slab)[len(*slab)-1]
+	r.ints = append(r.ints, v)
+	*dst = &r.ints[len(r.ints)-1]
 	return true
 }
 
-// guid reads a GUID string (no escapes).
+// guid reads a GUID string (no escapes). A canonical lower-case one is
+// used as it is (survey.ParseGUID would return the same value).
 func (r *jreader) guid() (survey.GUID, bool) {
 	s, esc, ok := r.rawString()
 	if !ok || esc {
 		return "", false
 	}
-	g, err := survey.ParseGUID(string(s))
+	if lowerGUID(s) {
+		return survey.GUID(r.substr(s)), true
+	}
+	g, err := survey.ParseGUID(r.substr(s))
 	return g, err == nil
+}
+
+func lowerGUID(s []byte) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // time reads a timestamp string (no escapes).
@@ -374,7 +442,7 @@ func (r *jreader) time() (survey.Time, bool) {
 	if !ok || esc {
 		return survey.Time{}, false
 	}
-	t, err := survey.ParseTime(string(s))
+	t, err := survey.ParseTime(r.substr(s))
 	return survey.Time{Time: t}, err == nil
 }
 
@@ -626,10 +694,9 @@ func (r *jreader) meta(camel, snake *string) bool {
 
 // fastResponse decodes a detail envelope. ok=false: use encoding/json.
 func fastResponse(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	r := jreader{b: body}
+	r := newReader(body)
 	var out survey.Response
-	var slab []survey.FlexInt
-	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.response(&out, &slab) })
+	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.response(&out) })
 	if !ok {
 		return nil, "", false
 	}
@@ -651,7 +718,7 @@ var (
 var responseFields = []string{"response_id", "survey_id", "contact_id", "distribution_id", "survey_name", "ip_address",
 	"date_created", "date_completed", "total_time", "response_status", "url_parameters", "pages"}
 
-func (r *jreader) response(out *survey.Response, slab *[]survey.FlexInt) bool {
+func (r *jreader) response(out *survey.Response) bool {
 	if !r.consume('{') {
 		return false
 	}
@@ -696,11 +763,11 @@ func (r *jreader) response(out *survey.Response, slab *[]survey.FlexInt) bool {
 				out.DateCompleted = &t
 			}
 		case "total_time":
-			ok = r.flexPtr(&out.TotalTime, slab)
+			ok = r.flexPtr(&out.TotalTime)
 		case "url_parameters":
 			ok = r.urlParameters(&out.URLParameters)
 		case "pages":
-			ok = r.pages(&out.Pages, slab)
+			ok = r.pages(&out.Pages)
 		default:
 			ok = r.unknown(k, responseFields...)
 		}
@@ -766,7 +833,7 @@ func (r *jreader) urlParameters(dst *[]survey.URLParameter) bool {
 	return true
 }
 
-func (r *jreader) pages(dst *[]survey.Page, slab *[]survey.FlexInt) bool {
+func (r *jreader) pages(dst *[]survey.Page) bool {
 	if r.null() {
 		*dst = nil
 		return true
@@ -806,7 +873,7 @@ func (r *jreader) pages(dst *[]survey.Page, slab *[]survey.FlexInt) bool {
 			case "id":
 				ok = r.intInto(&p.ID)
 			case "questions":
-				ok = r.questions(&p.Questions, slab)
+				ok = r.questions(&p.Questions)
 			default:
 				ok = r.unknown(k, pageFields...)
 			}
@@ -821,7 +888,7 @@ func (r *jreader) pages(dst *[]survey.Page, slab *[]survey.FlexInt) bool {
 
 var questionFields = []string{"id", "type", "title", "variable", "answers"}
 
-func (r *jreader) questions(dst *[]survey.Question, slab *[]survey.FlexInt) bool {
+func (r *jreader) questions(dst *[]survey.Question) bool {
 	if r.null() {
 		*dst = nil
 		return true
@@ -829,7 +896,7 @@ func (r *jreader) questions(dst *[]survey.Question, slab *[]survey.FlexInt) bool
 	if !r.consume('[') {
 		return false
 	}
-	out := make([]survey.Question, 0, 4)
+	start := len(r.qs.buf)
 	first := true
 	for {
 		done, ok := r.elem(&first)
@@ -839,8 +906,7 @@ func (r *jreader) questions(dst *[]survey.Question, slab *[]survey.FlexInt) bool
 		if done {
 			break
 		}
-		out = append(out, survey.Question{})
-		q := &out[len(out)-1]
+		q := r.qs.add(&start)
 		if !r.consume('{') {
 			return false
 		}
@@ -867,7 +933,7 @@ func (r *jreader) questions(dst *[]survey.Question, slab *[]survey.FlexInt) bool
 			case "variable":
 				ok = r.strInto(&q.Variable)
 			case "answers":
-				ok = r.answers(&q.Answers, slab)
+				ok = r.answers(&q.Answers)
 			default:
 				ok = r.unknown(k, questionFields...)
 			}
@@ -876,14 +942,14 @@ func (r *jreader) questions(dst *[]survey.Question, slab *[]survey.FlexInt) bool
 			}
 		}
 	}
-	*dst = out
+	*dst = r.qs.run(start)
 	return true
 }
 
 var answerFields = []string{"row_id", "row_label", "column_id", "column_label", "choice_id", "choice_label",
 	"other_id", "text", "value", "file_id"}
 
-func (r *jreader) answers(dst *[]survey.Answer, slab *[]survey.FlexInt) bool {
+func (r *jreader) answers(dst *[]survey.Answer) bool {
 	if r.null() {
 		*dst = nil
 		return true
@@ -891,7 +957,7 @@ func (r *jreader) answers(dst *[]survey.Answer, slab *[]survey.FlexInt) bool {
 	if !r.consume('[') {
 		return false
 	}
-	out := make([]survey.Answer, 0, 2)
+	start := len(r.as.buf)
 	first := true
 	for {
 		done, ok := r.elem(&first)
@@ -901,8 +967,7 @@ func (r *jreader) answers(dst *[]survey.Answer, slab *[]survey.FlexInt) bool {
 		if done {
 			break
 		}
-		out = append(out, survey.Answer{})
-		a := &out[len(out)-1]
+		a := r.as.add(&start)
 		if !r.consume('{') {
 			return false
 		}
@@ -921,15 +986,15 @@ func (r *jreader) answers(dst *[]survey.Answer, slab *[]survey.FlexInt) bool {
 			}
 			switch string(k) {
 			case "row_id":
-				ok = r.flexPtr(&a.RowID, slab)
+				ok = r.flexPtr(&a.RowID)
 			case "column_id":
-				ok = r.flexPtr(&a.ColumnID, slab)
+				ok = r.flexPtr(&a.ColumnID)
 			case "choice_id":
-				ok = r.flexPtr(&a.ChoiceID, slab)
+				ok = r.flexPtr(&a.ChoiceID)
 			case "other_id":
-				ok = r.flexPtr(&a.OtherID, slab)
+				ok = r.flexPtr(&a.OtherID)
 			case "value":
-				ok = r.flexPtr(&a.Value, slab)
+				ok = r.flexPtr(&a.Value)
 			case "row_label":
 				ok = r.strPtr(&a.RowLabel)
 			case "column_label":
@@ -954,13 +1019,13 @@ func (r *jreader) answers(dst *[]survey.Answer, slab *[]survey.FlexInt) bool {
 			}
 		}
 	}
-	*dst = out
+	*dst = r.as.run(start)
 	return true
 }
 
 // fastList decodes a list envelope. ok=false: use encoding/json.
 func fastList(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	r := jreader{b: body}
+	r := newReader(body)
 	var out survey.ResponseList
 	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.list(&out) })
 	if !ok {

@@ -1,0 +1,250 @@
+// Package clientbench_test measures the API client (source/surveyapi)
+// against the emulator (source/sim) in one run: the emulator's ceiling —
+// response details per second served over loopback HTTP to a trivial raw
+// net/http client that only reads the bytes — and the client's rate through
+// its full path (limiter, retries bookkeeping, metrics, single-pass decode
+// into survey.Response) at 16, 64 and 256 concurrent requests. Both run in
+// this process on the same cores, alternating in short rounds so that the
+// machine's load drifts equally over both; the medians are reported.
+//
+// TestClientSmoke always runs (a fraction of a second). The figures of
+// docs/benchmarks.md ("Client vs emulator (issue 2)") come from
+// TestClientVsEmulator, which runs only with SURVEYSYNC_BENCH_CLIENT=1:
+//
+//	SURVEYSYNC_BENCH_CLIENT=1 go test -run TestClientVsEmulator -v -timeout 20m ./bench/clientbench/
+//
+// SURVEYSYNC_BENCH_ROUNDS (default 5) and SURVEYSYNC_BENCH_SECONDS (per
+// round, default 2) shorten or lengthen it; SURVEYSYNC_BENCH_OUT=file also
+// writes the table there.
+package clientbench_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/source/surveyapi"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	token    = "bench-token"
+	ua       = "surveysync-bench (dev@example.com)"
+	surveyID = 4574
+)
+
+type env struct {
+	srv *httptest.Server
+	ids []survey.GUID
+}
+
+func newEnv(t testing.TB, responses int) *env {
+	s, err := sim.New(sim.Options{Token: token, Seed: 1,
+		Surveys: []sim.SurveySpec{{ID: surveyID, Responses: responses, Seed: 7}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	e := &env{srv: srv}
+	c := newClient(t, e, 4)
+	for page := 1; len(e.ids) < 2000; page++ {
+		l, err := c.ListResponses(context.Background(), surveyID, survey.ListQuery{Page: page, PerPage: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Data) == 0 {
+			break
+		}
+		for _, r := range l.Data {
+			e.ids = append(e.ids, r.ResponseID)
+		}
+	}
+	if len(e.ids) == 0 {
+		t.Fatal("the emulator listed no responses")
+	}
+	return e
+}
+
+func newClient(t testing.TB, e *env, conc int) *surveyapi.Client {
+	c, err := surveyapi.New(surveyapi.Options{BaseURL: e.srv.URL + "/v1", Token: token, UserAgent: ua, MaxConcurrency: conc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// result of one round.
+type result struct {
+	n          int64
+	elapsed    time.Duration
+	bytesAlloc uint64 // whole process (emulator + caller)
+}
+
+func (r result) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+// run calls do from conc goroutines for d and counts the calls.
+func run(t testing.TB, conc int, d time.Duration, do func(i int) error) result {
+	var n atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	t0 := time.Now()
+	for g := range conc {
+		wg.Go(func() {
+			for i := g; !stop.Load(); i += conc {
+				if err := do(i); err != nil {
+					t.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	el := time.Since(t0)
+	runtime.ReadMemStats(&ms1)
+	return result{n: n.Load(), elapsed: el, bytesAlloc: ms1.TotalAlloc - ms0.TotalAlloc}
+}
+
+// rawGet is the trivial client: one GET with the API headers, body read and dropped.
+func rawGetter(e *env, conc int) (func(i int) error, func()) {
+	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxIdleConns: conc}
+	hc := &http.Client{Transport: tr}
+	base := e.srv.URL + "/v1/surveys/4574/responses/"
+	return func(i int) error {
+		req, _ := http.NewRequest(http.MethodGet, base+string(e.ids[i%len(e.ids)]), nil)
+		req.Header["X-API-TOKEN"] = []string{token}
+		req.Header["User-Agent"] = []string{ua}
+		req.Header["Accept"] = []string{"application/json"}
+		req.Header["Content-Type"] = []string{"application/json"}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("raw: HTTP %d", resp.StatusCode)
+		}
+		return err
+	}, tr.CloseIdleConnections
+}
+
+func clientGetter(t testing.TB, e *env, conc int) func(i int) error {
+	c := newClient(t, e, conc)
+	return func(i int) error {
+		r, err := c.GetResponse(context.Background(), surveyID, e.ids[i%len(e.ids)])
+		if err == nil && r.ResponseID == "" {
+			err = fmt.Errorf("empty response")
+		}
+		return err
+	}
+}
+
+type row struct {
+	conc                 int
+	raw, client          []result
+	rawMedian, cliMedian float64
+	rawKB, cliKB         float64
+}
+
+func median(rs []result, f func(result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func measure(t *testing.T, e *env, concs []int, rounds int, d time.Duration) []row {
+	var rows []row
+	for _, conc := range concs {
+		rw := row{conc: conc}
+		raw, closeRaw := rawGetter(e, conc)
+		cli := clientGetter(t, e, conc)
+		for range rounds {
+			rw.raw = append(rw.raw, run(t, conc, d, raw))
+			rw.client = append(rw.client, run(t, conc, d, cli))
+		}
+		closeRaw()
+		rw.rawMedian = median(rw.raw, result.rate)
+		rw.cliMedian = median(rw.client, result.rate)
+		perReqKB := func(r result) float64 { return float64(r.bytesAlloc) / float64(r.n) / 1024 }
+		rw.rawKB = median(rw.raw, perReqKB)
+		rw.cliKB = median(rw.client, perReqKB)
+		rows = append(rows, rw)
+	}
+	return rows
+}
+
+func TestClientSmoke(t *testing.T) {
+	e := newEnv(t, 3000)
+	rows := measure(t, e, []int{16}, 1, 100*time.Millisecond)
+	if rows[0].raw[0].n == 0 || rows[0].client[0].n == 0 {
+		t.Fatalf("no requests: %+v", rows[0])
+	}
+}
+
+func TestClientVsEmulator(t *testing.T) {
+	if os.Getenv("SURVEYSYNC_BENCH_CLIENT") == "" {
+		t.Skip("set SURVEYSYNC_BENCH_CLIENT=1 to run the client-vs-emulator benchmark")
+	}
+	rounds, secs := 5, 2.0
+	if v, err := strconv.Atoi(os.Getenv("SURVEYSYNC_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("SURVEYSYNC_BENCH_SECONDS"), 64); err == nil && v > 0 {
+		secs = v
+	}
+	e := newEnv(t, 100000)
+	rows := measure(t, e, []int{16, 64, 256}, rounds, time.Duration(secs*float64(time.Second)))
+
+	ceiling := 0.0
+	for _, r := range rows {
+		ceiling = max(ceiling, r.rawMedian)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "GOMAXPROCS=%d, %s, %s\n", runtime.GOMAXPROCS(0), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "| concurrent requests | raw client (emulator ceiling) | surveyapi.Client (full decode) | client / raw | client / best raw | alloc per request raw → client (whole process) |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %.0f req/s | %.0f req/s | %.0f %% | %.0f %% | %.1f KB → %.1f KB (+%.1f KB) |\n",
+			r.conc, r.rawMedian, r.cliMedian, 100*r.cliMedian/r.rawMedian, 100*r.cliMedian/ceiling, r.rawKB, r.cliKB, r.cliKB-r.rawKB)
+	}
+	for _, r := range rows {
+		var raw, cli []string
+		for i := range r.raw {
+			raw = append(raw, fmt.Sprintf("%.0f", r.raw[i].rate()))
+			cli = append(cli, fmt.Sprintf("%.0f", r.client[i].rate()))
+		}
+		fmt.Fprintf(&b, "rounds at %d: raw %s; client %s\n", r.conc, strings.Join(raw, " "), strings.Join(cli, " "))
+	}
+	t.Log("\n" + b.String())
+	if out := os.Getenv("SURVEYSYNC_BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
