@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// maxCommitBatch bounds the events of one group commit.
+// maxCommitBatch bounds the events of one group commit (SegmentBytes
+// bounds its bytes).
 const maxCommitBatch = 512
 
 // Done marks are written to done.log in groups.
@@ -269,11 +270,13 @@ func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 		select {
 		case q := <-r.appendCh:
 			batch := []*appendReq{q}
+			size := int64(len(q.ev.Body))
 		gather:
-			for len(batch) < maxCommitBatch {
+			for len(batch) < maxCommitBatch && size < r.s.SegmentBytes {
 				select {
 				case q := <-r.appendCh:
 					batch = append(batch, q)
+					size += int64(len(q.ev.Body))
 				default:
 					break gather
 				}
