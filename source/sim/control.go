@@ -305,7 +305,7 @@ func (s *Sim) PurgeResponse(surveyID int64, id survey.GUID) error {
 	if i, isBase := sv.gen.decodeBase(g); isBase {
 		base = i
 	}
-	sv.store(g, cur, base, true)
+	sv.store(g, deepCopy(cur), base, true)
 	return nil
 }
 

@@ -165,6 +165,7 @@ func (q *questionnaire) answer(seed uint64, id guid16, answered int, files bool)
 		params = []survey.URLParameter{}
 	}
 	pages := make([]survey.Page, len(q.pages))
+	arena := make([]survey.Answer, 0, 32) // the most a response can have
 	for p := range q.pages {
 		qp := &q.pages[p]
 		pages[p].ID = qp.id
@@ -172,108 +173,105 @@ func (q *questionnaire) answer(seed uint64, id guid16, answered int, files bool)
 		for k, qq := range qp.questions {
 			out := &pages[p].Questions[k]
 			out.ID, out.Type, out.Title, out.Variable = qq.id, qq.typ, qq.title, qq.variable
-			if p >= answered {
-				out.Answers = []survey.Answer{}
-				continue
+			start := len(arena)
+			if p < answered {
+				qr := newRNG(seed, uint64(qq.id))
+				arena = qq.appendAnswers(arena, &qr, src, id)
 			}
-			qr := newRNG(seed, uint64(qq.id))
-			out.Answers = qq.answers(&qr, src, id)
+			out.Answers = arena[start:len(arena):len(arena)]
 		}
 	}
 	return params, pages
 }
 
-func (q *question) answers(r *rng, src string, id guid16) []survey.Answer {
+// appendAnswers appends the answers of one question to dst (one arena per
+// response saves an allocation per question).
+func (q *question) appendAnswers(dst []survey.Answer, r *rng, src string, id guid16) []survey.Answer {
 	choice := func(o *option) survey.Answer {
 		return survey.Answer{ChoiceID: &o.id, ChoiceLabel: &o.label, Value: &o.value}
 	}
+	start := len(dst)
 	switch q.kind {
 	case qURL:
 		if src == "" {
-			return []survey.Answer{}
+			return dst
 		}
-		return []survey.Answer{{Text: ptr(src)}}
+		return append(dst, survey.Answer{Text: ptr(src)})
 	case qSingle:
-		return []survey.Answer{choice(&q.opts[r.intn(len(q.opts))])}
+		return append(dst, choice(&q.opts[r.intn(len(q.opts))]))
 	case qSingleOther:
 		k := r.intn(len(q.opts))
 		a := choice(&q.opts[k])
 		if k == q.other {
 			a.OtherID = &q.opts[k].id
-			a.Text = ptr(otherTexts[r.intn(len(otherTexts))])
+			a.Text = &otherTexts[r.intn(len(otherTexts))]
 		}
-		return []survey.Answer{a}
+		return append(dst, a)
 	case qMultiple:
-		var out []survey.Answer
 		for k := range q.opts {
 			if r.intn(3) == 0 {
 				a := survey.Answer{ChoiceID: &q.opts[k].id, ChoiceLabel: &q.opts[k].label}
 				if k == q.other {
 					a.OtherID = &q.opts[k].id
-					a.Text = ptr(otherTexts[r.intn(len(otherTexts))])
+					a.Text = &otherTexts[r.intn(len(otherTexts))]
 				}
-				out = append(out, a)
+				dst = append(dst, a)
 			}
 		}
-		if out == nil {
-			out = []survey.Answer{{ChoiceID: &q.opts[0].id, ChoiceLabel: &q.opts[0].label}}
+		if len(dst) == start {
+			dst = append(dst, survey.Answer{ChoiceID: &q.opts[0].id, ChoiceLabel: &q.opts[0].label})
 		}
-		return out
+		return dst
 	case qMatrixSingle:
-		out := make([]survey.Answer, 0, len(q.rows))
 		for k := range q.rows {
 			if r.intn(6) == 0 { // some rows unanswered
 				continue
 			}
 			c := &q.opts[r.intn(len(q.opts))]
-			out = append(out, survey.Answer{RowID: &q.rows[k].id, RowLabel: &q.rows[k].label, ColumnID: &c.id, ColumnLabel: &c.label, Value: &c.value})
+			dst = append(dst, survey.Answer{RowID: &q.rows[k].id, RowLabel: &q.rows[k].label, ColumnID: &c.id, ColumnLabel: &c.label, Value: &c.value})
 		}
-		return out
+		return dst
 	case qMatrixMultiple:
-		var out []survey.Answer
 		for k := range q.rows {
 			for c := range q.opts {
 				if r.intn(3) == 0 {
-					out = append(out, survey.Answer{RowID: &q.rows[k].id, RowLabel: &q.rows[k].label, ColumnID: &q.opts[c].id, ColumnLabel: &q.opts[c].label})
+					dst = append(dst, survey.Answer{RowID: &q.rows[k].id, RowLabel: &q.rows[k].label, ColumnID: &q.opts[c].id, ColumnLabel: &q.opts[c].label})
 				}
 			}
 		}
-		if out == nil {
-			out = []survey.Answer{}
-		}
-		return out
+		return dst
 	case qScale:
-		return []survey.Answer{{Value: &q.opts[r.intn(len(q.opts))].value}}
+		return append(dst, survey.Answer{Value: &q.opts[r.intn(len(q.opts))].value})
 	case qEssay:
 		if r.intn(5) == 0 {
-			return []survey.Answer{}
+			return dst
 		}
-		t := essayTexts[r.intn(len(essayTexts))]
+		t := &essayTexts[r.intn(len(essayTexts))]
 		if r.intn(3) == 0 {
-			t += " " + essayTexts[r.intn(len(essayTexts))]
+			t = ptr(*t + " " + essayTexts[r.intn(len(essayTexts))])
 		}
-		return []survey.Answer{{Text: ptr(t)}}
+		return append(dst, survey.Answer{Text: t})
 	case qEssayOptional:
 		if r.intn(4) != 0 {
-			return []survey.Answer{}
+			return dst
 		}
-		return []survey.Answer{{Text: ptr(essayTexts[r.intn(len(essayTexts))])}}
+		return append(dst, survey.Answer{Text: &essayTexts[r.intn(len(essayTexts))]})
 	case qFile:
 		n := r.intn(3)
-		out := make([]survey.Answer, n)
 		withFileID := id[15]&1 == 0
 		for k := range n {
 			fid := fileGUID(id, q.id, k)
 			s := fid.String()
-			out[k].Text = &s
+			a := survey.Answer{Text: &s}
 			if withFileID {
 				g := survey.GUID(s)
-				out[k].FileID = &g
+				a.FileID = &g
 			}
+			dst = append(dst, a)
 		}
-		return out
+		return dst
 	}
-	return []survey.Answer{}
+	return dst
 }
 
 // fileGUID is the id of the k-th file of upload question qid of a response.
