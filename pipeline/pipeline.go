@@ -41,9 +41,10 @@ type Options struct {
 	Logger           *slog.Logger
 	Registerer       prometheus.Registerer
 	Now              func() time.Time
-	// OnResponse, when set, sees every fetched response after its rows are
-	// durable (the file copier uses it). It must not block for long.
-	OnResponse func(ctx context.Context, r *survey.Response)
+	// OnResponse, when set, sees every written response after its rows are
+	// durable (the file copier uses it); r is nil when the service answered
+	// 404 (the response was removed). It must not block for long.
+	OnResponse func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response)
 }
 
 func (o *Options) defaults() {
@@ -144,6 +145,13 @@ func (p *Pipeline) CloseInput() {
 	})
 }
 
+// written is what OnResponse hears about a response once its rows are durable.
+type written struct {
+	surveyID   int64
+	responseID survey.GUID
+	resp       *survey.Response // nil: removed (404)
+}
+
 type fetched struct {
 	item flatten.Item
 	ref  Ref
@@ -153,7 +161,7 @@ type fetched struct {
 type batch struct {
 	b    *flatten.Batch
 	refs []Ref
-	resp []*survey.Response
+	resp []written
 	meta []itemMeta
 	why  string
 }
@@ -269,7 +277,7 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 		}
 	}()
 	var refs []Ref
-	var resps []*survey.Response
+	var resps []written
 	var metas []itemMeta
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -324,8 +332,8 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 			refs = append(refs, f.ref)
 			_, answersAfter := b.Rows()
 			metas = append(metas, newItemMeta(f.ref.SurveyID, f.resp, f.item.Deleted, answersAfter-answersBefore))
-			if f.resp != nil && p.o.OnResponse != nil {
-				resps = append(resps, f.resp)
+			if p.o.OnResponse != nil {
+				resps = append(resps, written{f.ref.SurveyID, f.ref.ResponseID, f.resp})
 			}
 			_, answers := b.Rows()
 			switch {
@@ -371,8 +379,8 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 			p.m.written.WithLabelValues(r.Source).Inc()
 			r.Done(nil)
 		}
-		for _, r := range bt.resp {
-			p.o.OnResponse(ctx, r)
+		for _, w := range bt.resp {
+			p.o.OnResponse(ctx, w.surveyID, w.responseID, w.resp)
 		}
 	}
 	return nil

@@ -2,12 +2,98 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	gblob "gocloud.dev/blob"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/blob"
+	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/source/surveyapi"
 )
 
-// checkBlob checks write access to the object store (doctor).
+func openBlobStore(ctx context.Context, cfg *config.Config) (*blob.Store, error) {
+	return blob.OpenStore(ctx, blob.StoreOptions{
+		URL:          cfg.Files.URL.Value(),
+		DataDir:      cfg.Parquet.Dir,
+		AccessKey:    cfg.Files.S3.AccessKeyID,
+		SecretKey:    cfg.Files.S3.SecretAccessKey.Value(),
+		SessionToken: cfg.Files.S3.SessionToken.Value(),
+	})
+}
+
+// newCopier builds the uploaded-files copier: downloads through the shared
+// API client, objects into files.url, the index into uploaded_files (or a
+// JSONL file beside the Parquet data).
+func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client, st store, log *slog.Logger, reg prometheus.Registerer) (*blob.Copier, func() error, error) {
+	bs, err := openBlobStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("files.url: %w", err)
+	}
+	closers := []func() error{bs.Close}
+	closeAll := func() error {
+		var first error
+		for i := len(closers) - 1; i >= 0; i-- {
+			if err := closers[i](); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	var idx files.Index
+	if ch, ok := st.(*clickhouse.Sink); ok {
+		idx = clickhouse.NewFileIndex(ch)
+	} else {
+		j, err := blob.OpenJSONLIndex(filepath.Join(cfg.Parquet.Dir, "uploaded_files.jsonl"))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		idx = j
+		closers = append(closers, j.Close)
+	}
+	dl := blob.DownloadFunc(func(ctx context.Context, surveyID int64, responseID, fileID survey.GUID) (*blob.Download, error) {
+		f, err := client.DownloadFile(ctx, surveyID, responseID, fileID)
+		if err != nil {
+			return nil, err
+		}
+		return &blob.Download{Body: f.Body, ContentType: f.ContentType, FileName: f.FileName, Size: f.Size}, nil
+	})
+	c := blob.NewCopier(bs, dl, idx, blob.Options{
+		MaxConcurrency:     cfg.Files.MaxConcurrency,
+		MaxSize:            int64(cfg.Files.MaxSize),
+		DeleteWithResponse: cfg.Files.DeleteWithResponse,
+		TypeMatch:          cfg.Files.TypeMatch,
+		IsPermanent:        surveyapi.IsPermanent,
+		Logger:             log.With("component", "files"),
+		Registerer:         reg,
+	})
+	return c, closeAll, nil
+}
+
+// checkBlob checks write access to the object store (doctor): it writes,
+// reads back and deletes a small object under surveysync-doctor/.
 func checkBlob(ctx context.Context, cfg *config.Config) error {
-	return errors.New("object storage is not wired yet")
+	bs, err := openBlobStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer bs.Close()
+	key := fmt.Sprintf("surveysync-doctor/%d", time.Now().UnixNano())
+	if err := bs.Bucket().WriteAll(ctx, key, []byte("ok"), &gblob.WriterOptions{ContentType: "text/plain"}); err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	if _, err := bs.Bucket().ReadAll(ctx, key); err != nil {
+		return fmt.Errorf("read back %s: %w", key, err)
+	}
+	if err := bs.Bucket().Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
 }

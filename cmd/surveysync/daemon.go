@@ -19,6 +19,8 @@ import (
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
@@ -65,7 +67,14 @@ func startEmulator(ctx context.Context, g *errgroup.Group, cfg *config.Config, l
 		ids[i] = id
 	}
 	token := fmt.Sprintf("demo-%d", time.Now().UnixNano())
-	s, err := sim.New(sim.Options{Token: token, Surveys: specs, Logger: log.With("component", "emulator")})
+	so := sim.Options{Token: token, Surveys: specs, Logger: log.With("component", "emulator")}
+	if cfg.Webhooks.Enabled {
+		// Like the service, the emulator posts webhooks to the daemon,
+		// including response_received for responses completing from now on.
+		so.WebhookURL = "http://" + cfg.Webhooks.Listen + cfg.Webhooks.Path.Value()
+		so.WebhookLive = true
+	}
+	s, err := sim.New(so)
 	if err != nil {
 		return nil, fmt.Errorf("start emulator: %w", err)
 	}
@@ -192,7 +201,28 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	}
 	defer st.(closer).Close()
 
+	var copier *blob.Copier
+	if cfg.Files.Enabled {
+		var closeCopier func() error
+		copier, closeCopier, err = newCopier(intakeCtx, cfg, client, st, log, reg)
+		if err != nil {
+			return fmt.Errorf("files: %w", err)
+		}
+		defer closeCopier()
+	}
+	var onResponse func(context.Context, int64, survey.GUID, *survey.Response)
+	if copier != nil {
+		onResponse = func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
+			if r == nil {
+				copier.MarkDeleted(surveyID, responseID)
+				return
+			}
+			copier.HandleResponse(ctx, r)
+		}
+	}
+
 	pipe := pipeline.New(pipeline.Options{
+		OnResponse:       onResponse,
 		FetchConcurrency: cfg.Sync.FetchConcurrency,
 		MaxRows:          cfg.Sync.Batch.MaxRows,
 		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
@@ -224,9 +254,14 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	if cfg.Webhooks.Enabled {
 		var evlog webhookrx.EventLog
 		if ch, ok := st.(*clickhouse.Sink); ok {
-			if l, ok := any(clickhouse.NewWebhookLog(ch)).(webhookrx.EventLog); ok {
-				evlog = l
-			}
+			wl := clickhouse.NewWebhookLog(ch)
+			evlog = webhookrx.EventLogFunc(func(ctx context.Context, entries []webhookrx.LogEntry) error {
+				rows := make([]clickhouse.WebhookEvent, len(entries))
+				for i, e := range entries {
+					rows[i] = clickhouse.WebhookEvent(e)
+				}
+				return wl.LogWebhookEvents(ctx, rows)
+			})
 		}
 		w := cfg.Webhooks
 		rx, err = webhookrx.New(webhookrx.Options{
@@ -267,9 +302,18 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 
 	log.Info("surveysync started", "version", version, "sink", where, "surveys", len(surveys), "api", cfg.API.BaseURL)
 
-	// Work: the pipeline runs until its input is closed and drained.
+	// Work: the pipeline runs until its input is closed and drained; the
+	// copier after it, until the pipeline is done and the work context ends.
 	work, _ := errgroup.WithContext(workCtx)
-	work.Go(func() error { return pipe.Run(workCtx) })
+	copierCtx, stopCopier := context.WithCancel(workCtx)
+	defer stopCopier()
+	work.Go(func() error {
+		defer stopCopier() // the pipeline hands over no more files
+		return pipe.Run(workCtx)
+	})
+	if copier != nil {
+		work.Go(func() error { return copier.Run(copierCtx) })
+	}
 
 	// Intake: the sources stop on SIGTERM (or on a fatal error of theirs).
 	intake, intakeGCtx := errgroup.WithContext(intakeCtx)
@@ -284,6 +328,13 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		intake.Go(func() error {
 			select {
 			case <-poller.FirstPassDone():
+				for copier != nil && !copier.Idle() {
+					select {
+					case <-time.After(200 * time.Millisecond):
+					case <-intakeGCtx.Done():
+						return nil
+					}
+				}
 				fmt.Fprintf(stdout, "surveysync: every survey is caught up; the data is in %s\n", where)
 				printWhereToLook(stdout, cfg)
 				cancelIntake()
