@@ -264,3 +264,27 @@ func isAlreadyExists(err error) bool {
 	}
 	return false
 }
+
+// SchemaDDL returns every statement Open would run on an empty database, in
+// order: the bootstrap, then each embedded migration. cluster "" is the
+// single-server layout. It is what `surveysync` can print for a DBA and
+// what the chdb check runs on a current ClickHouse.
+func SchemaDDL(database, cluster string) ([]string, error) {
+	if !identRE.MatchString(database) || (cluster != "" && !identRE.MatchString(cluster)) {
+		return nil, fmt.Errorf("clickhouse: schema DDL: bad database %q or cluster %q", database, cluster)
+	}
+	d := newTmplData(database, cluster, true)
+	ms, err := loadMigrations(migrationsFS)
+	if err != nil {
+		return nil, err
+	}
+	stmts := bootstrap(d)
+	for _, m := range ms {
+		ss, err := render(m, d)
+		if err != nil {
+			return nil, err
+		}
+		stmts = append(stmts, ss...)
+	}
+	return stmts, nil
+}

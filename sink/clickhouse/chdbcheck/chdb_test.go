@@ -1,0 +1,148 @@
+//go:build chdb
+
+package chdbcheck
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/chdb-io/chdb-go/chdb"
+
+	"github.com/surveysync/surveysync/sink/clickhouse"
+)
+
+var session *chdb.Session
+
+func TestMain(m *testing.M) {
+	// chdb-go has already loaded the library (or panicked) by now.
+	dir, err := os.MkdirTemp("", "chdb_surveysync")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	session, err = chdb.NewSession(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chdb session:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	session.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func query(t *testing.T, sql string) string {
+	t.Helper()
+	res, err := session.Query(sql, "TSV")
+	if err == nil && res != nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatalf("chdb: %v\n%s", err, sql)
+	}
+	if res == nil {
+		return ""
+	}
+	defer res.Free()
+	return strings.TrimSpace(res.String())
+}
+
+const db = "surveysync_chdb"
+
+func guid(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+
+// insertResponse writes one responses row (deleted: at the epoch, like a
+// deletion known only from a 404).
+func insertResponse(t *testing.T, n int, version uint64, status string) {
+	created, deleted := "2026-08-21 10:30:00", 0
+	if status == "deleted" {
+		created, deleted = "1970-01-01 00:00:00", 1
+	}
+	query(t, fmt.Sprintf(`INSERT INTO %s.responses (response_id, survey_id, survey_name, distribution_id, contact_id,
+    ip_address, date_created, date_completed, total_time, response_status, url_parameters.name, url_parameters.value,
+    is_deleted, synced_at, _version)
+VALUES ('%s', 42, 'Průzkum', 14457, NULL, '10.0.0.1', '%s', '2026-08-21 11:30:00', 3600, '%s', ['utm_source'], ['mail'], %d, now(), %d)`,
+		db, guid(n), created, status, deleted, version))
+}
+
+func insertAnswers(t *testing.T, n int, version uint64, count int) {
+	var rows []string
+	for q := range count {
+		rows = append(rows, fmt.Sprintf(`('%s', 42, 1, 0, %d, %d, 'single_choice', 'Otázka', 'q%d', 0, NULL, '', NULL, '', 5000, 'Ano', NULL, 'v%d', %d, 'completed', '2026-08-21 11:30:00', %d)`,
+			guid(n), 1000+q, q, q, version, q, version))
+	}
+	query(t, fmt.Sprintf(`INSERT INTO %s.answers (response_id, survey_id, page_id, page_index, question_id, question_index,
+    question_type, question_title, variable, answer_index, row_id, row_label, column_id, column_label, choice_id, choice_label,
+    other_id, text, value, response_status, date_completed, _version) VALUES %s`, db, strings.Join(rows, ", ")))
+}
+
+// write is one Write of the sink: answers first, then the responses row.
+func write(t *testing.T, n int, version uint64, answers int, status string) {
+	if answers > 0 {
+		insertAnswers(t, n, version, answers)
+	}
+	insertResponse(t, n, version, status)
+}
+
+func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
+	t.Logf("ClickHouse %s (chdb)", query(t, "SELECT version()"))
+	stmts, err := clickhouse.SchemaDDL(db, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Twice: every statement is idempotent.
+	for range 2 {
+		for _, stmt := range stmts {
+			query(t, stmt)
+		}
+	}
+	for _, v := range []string{"responses_current", "answers_current", "surveys_current", "sync_state_current"} {
+		if got := query(t, fmt.Sprintf("SELECT count() FROM system.tables WHERE database = '%s' AND name = '%s'", db, v)); got != "1" {
+			t.Fatalf("%s missing", v)
+		}
+	}
+	wantCols := "response_id,survey_id,survey_name,distribution_id,contact_id,ip_address,date_created,date_completed,total_time,response_status,url_parameters.name,url_parameters.value,synced_at,_version"
+	if got := query(t, fmt.Sprintf("SELECT arrayStringConcat(groupArray(name), ',') FROM (SELECT name FROM system.columns WHERE database = '%s' AND table = 'responses_current' ORDER BY position)", db)); got != wantCols {
+		t.Errorf("responses_current columns:\n got %s\nwant %s", got, wantCols)
+	}
+
+	// Scenarios of the 18.16 integration tests, on unmerged parts: the
+	// views, not merges, must do the work.
+	for _, table := range []string{"responses", "answers", "surveys", "sync_state"} {
+		query(t, fmt.Sprintf("SYSTEM STOP MERGES %s.%s", db, table))
+	}
+	for range 3 { // one batch written three times
+		write(t, 1, 100, 5, "completed")
+		write(t, 2, 100, 3, "completed")
+		write(t, 3, 100, 4, "partial")
+	}
+	write(t, 3, 200, 2, "completed") // newer version, fewer answers
+	write(t, 1, 150, 0, "deleted")   // deleted
+	insertAnswers(t, 2, 300, 1)      // crash between the inserts: answers of v300 without their responses row
+	write(t, 3, 120, 7, "partial")   // a late older version changes nothing
+
+	check := func(name, sql, want string) {
+		t.Helper()
+		if got := query(t, sql); got != want {
+			t.Errorf("%s:\n got %q\nwant %q", name, got, want)
+		}
+	}
+	check("unmerged responses parts", fmt.Sprintf("SELECT count() > 3 FROM system.parts WHERE database = '%s' AND table = 'responses' AND active", db), "1")
+	check("responses_current", fmt.Sprintf("SELECT toString(response_id), response_status, _version FROM %s.responses_current ORDER BY response_id", db),
+		guid(2)+"\tcompleted\t100\n"+guid(3)+"\tcompleted\t200")
+	check("answers_current per response", fmt.Sprintf("SELECT toString(response_id), _version, count() FROM %s.answers_current GROUP BY response_id, _version ORDER BY response_id", db),
+		guid(2)+"\t100\t3\n"+guid(3)+"\t200\t2")
+	check("filter on responses_current does not resurrect a deleted response",
+		fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE response_status = 'completed' AND response_id = '%s'", db, guid(1)), "0")
+	check("filter on responses_current does not bring back an older version",
+		fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE response_status = 'partial'", db), "0")
+	check("filter on answers_current", fmt.Sprintf("SELECT count() FROM %s.answers_current WHERE text = 'v100' AND response_id = '%s'", db, guid(3)), "0")
+
+	// Surveys and sync_state views.
+	query(t, fmt.Sprintf("INSERT INTO %s.surveys (survey_id, name, launched_at, ended_at, first_seen, last_seen, updated_at, _version) VALUES (42, 'a', NULL, NULL, now(), now(), now(), 1), (42, 'b', now(), NULL, now(), now(), now(), 2)", db))
+	check("surveys_current", fmt.Sprintf("SELECT survey_id, name FROM %s.surveys_current", db), "42\tb")
+	query(t, fmt.Sprintf("INSERT INTO %s.sync_state (survey_id, stream, watermark, last_run_at, last_error, synced, updated_at, _version) VALUES (42, 'completed', '2026-08-01 00:00:00', now(), '', 1, now(), 1), (42, 'completed', '2026-08-02 00:00:00', now(), '', 2, now(), 2)", db))
+	check("sync_state_current", fmt.Sprintf("SELECT survey_id, stream, watermark, synced FROM %s.sync_state_current", db), "42\tcompleted\t2026-08-02 00:00:00\t2")
+}
