@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -623,4 +624,25 @@ func TestEventLogPermanentErrorMarksDone(t *testing.T) {
 	waitFor(t, "processed and done", func() bool {
 		return len(p.processed()) == 1 && counter(t, rx.reg, "surveysync_webhook_spool_events") == 0
 	})
+}
+
+// A chunked body (no Content-Length) is bounded while it is read.
+func TestChunkedBodyTooLarge(t *testing.T) {
+	p := newRecorder()
+	o := testOptions(t, "")
+	o.MaxBodyBytes = 4096
+	rx := start(t, o, p, nil)
+	body := io.MultiReader(strings.NewReader(`{"event_name":"survey_closed","survey_id":1,"pad":"`), strings.NewReader(strings.Repeat("x", 8192)), strings.NewReader(`"}`))
+	req, _ := http.NewRequest(http.MethodPost, rx.url, body)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if req.ContentLength != 0 || resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked oversize body: %d (content length %d), want 413", resp.StatusCode, req.ContentLength)
+	}
+	if v := counter(t, rx.reg, "surveysync_webhook_spool_events"); v != 0 {
+		t.Errorf("spooled %v", v)
+	}
 }
