@@ -37,6 +37,7 @@ func BenchmarkIntake(b *testing.B) {
 				return nil
 			})
 			rx := start(b, o, p, nil)
+			defer rx.stop() // each b.N round gets a fresh receiver and spool
 			tr := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
 			defer tr.CloseIdleConnections()
 			c := &http.Client{Transport: tr, Timeout: time.Minute}
