@@ -250,7 +250,7 @@ type result struct {
 	status      int  // 0: no HTTP answer
 	requestID   string
 	contentType string
-	body        *bytes.Buffer  // success body, pooled
+	body        *bodyBuf       // success body, pooled
 	resp        *http.Response // stream success
 	sentAt      time.Time
 	duration    time.Duration

@@ -23,18 +23,22 @@ const (
 	maxPooledBuffer = 4 << 20
 )
 
-// bufPool holds body buffers. A body is read whole into one (sized from
-// Content-Length when sent), decoded with one json.Unmarshal pass, and the
-// buffer goes back: decoded strings are copies, nothing points into it.
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bodyBuf is a pooled body buffer. A body is read whole into one (sized from
+// Content-Length when sent), decoded in one pass, and the buffer goes back:
+// nothing decoded points into it.
+type bodyBuf struct{ b []byte }
 
-func getBuf() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
+func (b *bodyBuf) Bytes() []byte { return b.b }
 
-func putBuf(b *bytes.Buffer) {
-	if b == nil || b.Cap() > maxPooledBuffer {
+var bufPool = sync.Pool{New: func() any { return &bodyBuf{b: make([]byte, 0, 16<<10)} }}
+
+func getBuf() *bodyBuf { return bufPool.Get().(*bodyBuf) }
+
+func putBuf(b *bodyBuf) {
+	if b == nil || cap(b.b) > maxPooledBuffer {
 		return
 	}
-	b.Reset()
+	b.b = b.b[:0]
 	bufPool.Put(b)
 }
 
@@ -42,18 +46,19 @@ var errBodyTooLarge = errors.New("body too large")
 
 // readBody reads r into buf, at most limit bytes, growing buf once to
 // sizeHint when the length is known.
-func readBody(buf *bytes.Buffer, r io.Reader, sizeHint int64, limit int) error {
-	if sizeHint > 0 && sizeHint <= int64(limit) {
-		buf.Grow(int(sizeHint) + 1) // +1 so the final Read that sees EOF needs no growth
+func readBody(buf *bodyBuf, r io.Reader, sizeHint int64, limit int) error {
+	b := buf.b[:0]
+	if sizeHint > 0 && sizeHint < int64(limit) && int(sizeHint)+1 > cap(b) {
+		b = make([]byte, 0, int(sizeHint)+1) // +1: the Read that sees EOF needs no growth
 	}
+	defer func() { buf.b = b }()
 	for {
-		if buf.Available() < 512 {
-			buf.Grow(max(512, buf.Cap())) // double
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow (amortised doubling)
 		}
-		free := buf.AvailableBuffer()[:buf.Available()]
-		n, err := r.Read(free)
-		buf.Write(free[:n]) // the bytes are already in place: a self-copy
-		if buf.Len() > limit {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if len(b) > limit {
 			return errBodyTooLarge
 		}
 		if err == io.EOF {

@@ -45,7 +45,7 @@ type slab[T any] struct{ buf []T }
 func (s *slab[T]) add(start *int) *T {
 	if len(s.buf) == cap(s.buf) {
 		run := s.buf[*start:]
-		nb := make([]T, len(run), max(64, 4*len(run)))
+		nb := make([]T, len(run), max(16, 2*cap(s.buf), 2*len(run)))
 		copy(nb, run)
 		s.buf, *start = nb, 0
 	}
@@ -269,8 +269,19 @@ func (r *jreader) substr(s []byte) string {
 	return r.src[end-len(s) : end]
 }
 
+// newReader sizes the slabs from the body's length (a detail carries about
+// 3 questions, 5 answers and 8 optional numbers per KB); they grow when
+// that is short.
 func newReader(body []byte) jreader {
-	return jreader{b: body, src: string(body)}
+	n := len(body)
+	return jreader{
+		b:    body,
+		src:  string(body),
+		qs:   slab[survey.Question]{buf: make([]survey.Question, 0, n/300+4)},
+		as:   slab[survey.Answer]{buf: make([]survey.Answer, 0, n/150+4)},
+		ints: make([]survey.FlexInt, 0, n/100+8),
+		strs: make([]string, 0, n/120+8),
+	}
 }
 
 // strInto reads a string into *dst; null leaves it as it is (encoding/json).
@@ -284,7 +295,7 @@ func (r *jreader) strInto(dst *string) bool {
 }
 
 // strPtr reads an optional string: null sets nil. The string headers
-// come from a slab (one allocation per 64), as FlexInts do.
+// come from a slab, as FlexInts do.
 func (r *jreader) strPtr(dst **string) bool {
 	if r.null() {
 		*dst = nil
@@ -295,7 +306,7 @@ func (r *jreader) strPtr(dst **string) bool {
 		return false
 	}
 	if len(r.strs) == cap(r.strs) {
-		r.strs = make([]string, 0, 64)
+		r.strs = make([]string, 0, max(16, cap(r.strs)))
 	}
 	r.strs = append(r.strs, s)
 	*dst = &r.strs[len(r.strs)-1]
@@ -396,7 +407,7 @@ func (r *jreader) flexPtr(dst **survey.FlexInt) bool {
 		v = survey.FlexInt(n)
 	}
 	if len(r.ints) == cap(r.ints) {
-		r.ints = make([]survey.FlexInt, 0, 64)
+		r.ints = make([]survey.FlexInt, 0, max(16, cap(r.ints)))
 	}
 	r.ints = append(r.ints, v)
 	*dst = &r.ints[len(r.ints)-1]
