@@ -50,9 +50,6 @@ func TestCrashHelper(t *testing.T) {
 // visible file must be a complete Parquet file, and Open must remove the
 // temporary ones.
 func TestSIGKILLMidWrite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
 	dir := t.TempDir()
 	visible := func() []string {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*", "*.parquet"))
