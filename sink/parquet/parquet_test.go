@@ -210,7 +210,7 @@ func parquetFiles(t *testing.T, dir string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !d.IsDir() && filepath.Base(filepath.Dir(filepath.Dir(path))) != "" && strings.HasSuffix(path, ".parquet") {
+		if !d.IsDir() && strings.HasSuffix(path, ".parquet") {
 			rel, _ := filepath.Rel(dir, path)
 			out = append(out, rel)
 		}
