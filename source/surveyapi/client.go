@@ -146,7 +146,8 @@ func New(o Options) (*Client, error) {
 	case o.MaxRetries < 0:
 		o.MaxRetries = 0
 	}
-	m, err := newMetrics(o.Registerer)
+	conc := newAdaptiveLimit(o.MaxConcurrency)
+	m, err := newMetrics(o.Registerer, conc.snapshot)
 	if err != nil {
 		return nil, fmt.Errorf("surveyapi: registering metrics: %w", err)
 	}
@@ -187,10 +188,7 @@ func New(o Options) (*Client, error) {
 	if o.RateLimit > 0 {
 		c.rate = rate.NewLimiter(rate.Limit(o.RateLimit), 1)
 	}
-	c.conc = newAdaptiveLimit(o.MaxConcurrency, func(limit, inFlight int) {
-		m.limit.Set(float64(limit))
-		m.inFlight.Set(float64(inFlight))
-	})
+	c.conc = conc
 	c.gate = newGate(o.QuotaPause, o.AuthProbeInterval, func(mode int) {
 		m.paused.Set(b2f(mode != modeOpen))
 		m.authFailed.Set(b2f(mode == modeUnauthorized))

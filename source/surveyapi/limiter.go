@@ -19,13 +19,10 @@ type adaptiveLimit struct {
 	inFlight     int
 	waiters      list.List // of chan struct{}; closed when granted a slot
 	lastDecrease time.Time
-	onChange     func(limit, inFlight int) // called with mu held; must not block
 }
 
-func newAdaptiveLimit(max int, onChange func(limit, inFlight int)) *adaptiveLimit {
-	a := &adaptiveLimit{max: float64(max), limit: float64(max), onChange: onChange}
-	a.onChange(max, 0)
-	return a
+func newAdaptiveLimit(max int) *adaptiveLimit {
+	return &adaptiveLimit{max: float64(max), limit: float64(max)}
 }
 
 func (a *adaptiveLimit) slots() int { return max(1, int(a.limit)) }
@@ -36,7 +33,6 @@ func (a *adaptiveLimit) acquire(ctx context.Context) error {
 	a.mu.Lock()
 	if a.inFlight < a.slots() && a.waiters.Len() == 0 {
 		a.inFlight++
-		a.onChange(a.slots(), a.inFlight)
 		a.mu.Unlock()
 		return nil
 	}
@@ -56,7 +52,6 @@ func (a *adaptiveLimit) acquire(ctx context.Context) error {
 		default:
 			a.waiters.Remove(el)
 		}
-		a.onChange(a.slots(), a.inFlight)
 		a.mu.Unlock()
 		return ctx.Err()
 	}
@@ -66,7 +61,6 @@ func (a *adaptiveLimit) release() {
 	a.mu.Lock()
 	a.inFlight--
 	a.grantLocked()
-	a.onChange(a.slots(), a.inFlight)
 	a.mu.Unlock()
 }
 
@@ -84,7 +78,6 @@ func (a *adaptiveLimit) success() {
 	if a.limit < a.max {
 		a.limit = min(a.max, a.limit+1/a.limit)
 		a.grantLocked()
-		a.onChange(a.slots(), a.inFlight)
 	}
 	a.mu.Unlock()
 }
@@ -95,7 +88,6 @@ func (a *adaptiveLimit) rateLimited(sentAt, now time.Time) {
 	if !sentAt.Before(a.lastDecrease) {
 		a.limit = max(1, a.limit/2)
 		a.lastDecrease = now
-		a.onChange(a.slots(), a.inFlight)
 	}
 	a.mu.Unlock()
 }

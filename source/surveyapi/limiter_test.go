@@ -105,7 +105,7 @@ func TestLimiterRateUnder64Callers(t *testing.T) {
 }
 
 func TestAdaptiveLimitCancelledWaiterKeepsNoSlot(t *testing.T) {
-	a := newAdaptiveLimit(1, func(int, int) {})
+	a := newAdaptiveLimit(1)
 	if err := a.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestAdaptiveLimitCancelledWaiterKeepsNoSlot(t *testing.T) {
 }
 
 func TestAdaptiveLimitAIMD(t *testing.T) {
-	a := newAdaptiveLimit(32, func(int, int) {})
+	a := newAdaptiveLimit(32)
 	t0 := time.Now()
 	a.rateLimited(t0, t0)
 	// 429s to requests sent before that decrease do not halve again.

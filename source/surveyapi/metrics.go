@@ -68,24 +68,50 @@ type metrics struct {
 	retries      *prometheus.CounterVec
 	rateWait     prometheus.Counter
 	concWait     prometheus.Counter
-	limit        prometheus.Gauge
-	inFlight     prometheus.Gauge
+	limit        prometheus.GaugeFunc
+	inFlight     prometheus.GaugeFunc
 	paused       prometheus.Gauge
 	authFailed   prometheus.Gauge
-	monthCalls   prometheus.Gauge
+	monthCalls   prometheus.GaugeFunc
 	pausesTotal  *prometheus.CounterVec
 	requestsPre  [len(operations)][len(outcomes)]prometheus.Counter // curried children, no map lookups per call
 	durationPre  [len(operations)]prometheus.Observer
 	counts       [len(operations)][len(outcomes)]atomic.Int64
 	retriesCount atomic.Int64
 
-	monthMu    sync.Mutex
-	monthStart time.Time // first instant of the current UTC month
-	monthN     int64
+	monthMu  sync.Mutex   // held only to roll over to a new month
+	monthEnd atomic.Int64 // unix ns of the start of the next UTC month
+	monthN   atomic.Int64 // requests sent since the start of the current UTC month
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+// newMetrics makes the collectors and registers them on reg (if any);
+// snapshot reports the adaptive limit and the requests in flight, read at
+// scrape time.
+func newMetrics(reg prometheus.Registerer, snapshot func() (limit, inFlight int)) (*metrics, error) {
+	m := &metrics{}
+	m.build(snapshot)
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.rateWait, m.concWait,
+			m.limit, m.inFlight, m.paused, m.authFailed, m.monthCalls, m.pausesTotal} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i, op := range operations {
+		for j, oc := range outcomes {
+			m.requestsPre[i][j] = m.requests.WithLabelValues(op, oc)
+		}
+		m.durationPre[i] = m.duration.WithLabelValues(op)
+	}
+	for _, r := range []string{"quota", "unauthorized"} {
+		m.pausesTotal.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+func (m *metrics) build(snapshot func() (limit, inFlight int)) {
+	*m = metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_api_requests_total",
 			Help: "Requests sent to the survey service, by operation and outcome (each retry counts).",
@@ -107,14 +133,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "surveysync_api_concurrency_wait_seconds_total",
 			Help: "Time callers spent waiting for a free slot under the adaptive concurrency limit.",
 		}),
-		limit: prometheus.NewGauge(prometheus.GaugeOpts{
+		limit: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surveysync_api_concurrency_limit",
 			Help: "Current adaptive limit of in-flight requests (halved on 429, creeping back to api.max_concurrency).",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+		}, func() float64 { l, _ := snapshot(); return float64(l) }),
+		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surveysync_api_in_flight",
 			Help: "Requests to the survey service currently in flight.",
-		}),
+		}, func() float64 { _, n := snapshot(); return float64(n) }),
 		paused: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "surveysync_api_paused",
 			Help: "1 while API calls are paused (402 quota pause, or 401 token rejected), else 0.",
@@ -123,33 +149,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "surveysync_api_auth_failed",
 			Help: "1 while the API token is rejected (401); calls fail fast and a probe is sent at most once a minute.",
 		}),
-		monthCalls: prometheus.NewGauge(prometheus.GaugeOpts{
+		monthCalls: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "surveysync_api_calls_month",
 			Help: "Requests this process sent since the start of the current UTC month (budget the monthly quota with increase(surveysync_api_requests_total[30d]) across restarts).",
-		}),
+		}, func() float64 { return float64(m.callsThisMonth(time.Now())) }),
 		pausesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_api_pauses_total",
 			Help: "Times the client paused all calls, by reason (quota = 402, unauthorized = 401).",
 		}, []string{"reason"}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.rateWait, m.concWait,
-			m.limit, m.inFlight, m.paused, m.authFailed, m.monthCalls, m.pausesTotal} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for i, op := range operations {
-		for j, oc := range outcomes {
-			m.requestsPre[i][j] = m.requests.WithLabelValues(op, oc)
-		}
-		m.durationPre[i] = m.duration.WithLabelValues(op)
-	}
-	for _, r := range []string{"quota", "unauthorized"} {
-		m.pausesTotal.WithLabelValues(r)
-	}
-	return m, nil
 }
 
 // request records one sent request.
@@ -159,14 +167,29 @@ func (m *metrics) request(op, outcome string, d time.Duration, now time.Time) {
 	m.counts[i][j].Add(1)
 	m.durationPre[i].Observe(d.Seconds())
 
-	m.monthMu.Lock()
-	start := monthStart(now)
-	if !start.Equal(m.monthStart) {
-		m.monthStart, m.monthN = start, 0
+	if now.UnixNano() >= m.monthEnd.Load() {
+		m.rollMonth(now)
 	}
-	m.monthN++
-	m.monthCalls.Set(float64(m.monthN))
-	m.monthMu.Unlock()
+	m.monthN.Add(1)
+}
+
+// rollMonth starts counting a new month (a request racing the roll-over may
+// land in either month).
+func (m *metrics) rollMonth(now time.Time) {
+	m.monthMu.Lock()
+	defer m.monthMu.Unlock()
+	if now.UnixNano() < m.monthEnd.Load() {
+		return
+	}
+	m.monthN.Store(0)
+	m.monthEnd.Store(monthStart(now).AddDate(0, 1, 0).UnixNano())
+}
+
+func (m *metrics) callsThisMonth(now time.Time) int64 {
+	if now.UnixNano() >= m.monthEnd.Load() {
+		return 0
+	}
+	return m.monthN.Load()
 }
 
 func (m *metrics) retry(op, reason string) {

@@ -66,11 +66,7 @@ func (c *Client) Stats() Stats {
 		}
 	}
 	s.Retries = c.m.retriesCount.Load()
-	c.m.monthMu.Lock()
-	if monthStart(time.Now()).Equal(c.m.monthStart) {
-		s.CallsThisMonth = c.m.monthN
-	}
-	c.m.monthMu.Unlock()
+	s.CallsThisMonth = c.m.callsThisMonth(time.Now())
 	s.ConcurrencyLimit, s.InFlight = c.conc.snapshot()
 	st := c.gate.state()
 	s.Paused = st.mode != modeOpen
