@@ -533,8 +533,8 @@ func (c *Client) afterAttempt(ctx context.Context, rq *request, probe bool, res 
 		gr = gate401
 	case res.status == http.StatusPaymentRequired:
 		gr = gate402
-	case res.status != 0:
-		gr = gateAnswered
+	case res.status != 0 && res.status < 500 && res.status != http.StatusTooManyRequests:
+		gr = gateAnswered // the service processed the request with this token (429 and 5xx prove nothing)
 	}
 	entered, was := c.gate.done(probe, gr, res.err)
 	switch entered {

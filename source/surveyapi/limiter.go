@@ -186,8 +186,8 @@ func (g *gate) admit(ctx context.Context, refuse func(authErr error, since, next
 
 // result of one attempt, as the gate sees it.
 const (
-	gateNoAnswer = iota // network error, timeout, cancelled: learnt nothing about the token or quota
-	gateAnswered        // any HTTP status other than 401 and 402
+	gateNoAnswer = iota // network error, timeout, cancelled, 429, 5xx: learnt nothing about the token or quota
+	gateAnswered        // 2xx or a 4xx other than 401, 402 and 429
 	gate401
 	gate402
 )

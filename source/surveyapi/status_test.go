@@ -803,3 +803,30 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// A 5xx to a probe proves nothing about the token: still unhealthy.
+func TestStatus401ProbeAnswered5xxStaysUnhealthy(t *testing.T) {
+	var n atomic.Int64
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			writeJSON(w, 401, errorBody("req-Una", 401, "Invalid API token"))
+			return
+		}
+		writeJSON(w, 503, errorBody("req-Ser", 503, "down"))
+	})
+	h := newClient(t, s.URL, func(o *Options) { o.AuthProbeInterval = 50 * time.Millisecond; o.MaxRetries = -1 })
+	ctx := context.Background()
+	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrServer) {
+		t.Fatalf("probe: %v", err)
+	}
+	if h.c.Healthy() {
+		t.Error("a 503 to the probe made the client healthy")
+	}
+	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("after the probe: %v", err)
+	}
+}
