@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -45,6 +46,8 @@ type Options struct {
 	// (Distributed tables over <name>_local) without ON CLUSTER: tests use it
 	// against a one-shard cluster on a server without ZooKeeper.
 	noOnClusterDDL bool
+	// migrations replaces the embedded migrations (tests).
+	migrations fs.FS
 }
 
 // LogValue masks the password when Options are logged.

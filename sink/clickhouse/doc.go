@@ -13,10 +13,12 @@
 // core, 0010–0019 webhooks, 0020–0029 feeds, 0030–0039 files. A file is a
 // text/template (fields and helpers: see tmplData) whose statements are
 // separated by a line holding only ";"; lines starting with "--" are
-// dropped. Every statement must be idempotent (CREATE … IF NOT EXISTS,
-// ADD COLUMN IF NOT EXISTS): two daemons starting at once both run the
-// pending migrations, and a crash mid-migration runs it again. A view is
-// changed by a new migration that drops and recreates it.
+// dropped. Every statement must be idempotent: two daemons starting at once
+// both run the pending migrations, and a crash mid-migration runs it again.
+// Use CREATE … IF NOT EXISTS; 18.16 has no ADD COLUMN IF NOT EXISTS, so the
+// runner counts "column already exists" after ALTER TABLE … ADD COLUMN as
+// done. A view is changed by a new migration that drops and recreates it
+// (DROP VIEW IF EXISTS, then CREATE VIEW IF NOT EXISTS).
 //
 // The DDL works on Debian's ClickHouse 18.16 and on current releases (26.x,
 // checked through chdb by the chdbcheck package): DateTime('UTC') rather than

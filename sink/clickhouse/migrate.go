@@ -169,7 +169,11 @@ ORDER BY version`, d.DB, d.OnCluster),
 // its statements succeeded, so two daemons starting at once both apply the
 // same statements harmlessly, and a crash mid-migration re-applies it.
 func (s *Sink) migrate(ctx context.Context) error {
-	ms, err := loadMigrations(migrationsFS)
+	fsys := fs.FS(migrationsFS)
+	if s.opts.migrations != nil {
+		fsys = s.opts.migrations
+	}
+	ms, err := loadMigrations(fsys)
 	if err != nil {
 		return err
 	}
@@ -242,20 +246,43 @@ func (s *Sink) appliedMigrations(ctx context.Context) (map[int]bool, error) {
 // execDDL runs one DDL statement. A concurrent daemon creating the same
 // object can make an IF NOT EXISTS statement fail with "already exists" on
 // old servers: that counts as success.
+//
+// ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS: an ALTER … ADD COLUMN
+// that fails because the column already exists counts as done too.
 func (s *Sink) execDDL(ctx context.Context, stmt string) error {
 	err := s.conn.Exec(ctx, stmt)
-	if err != nil && isAlreadyExists(err) && strings.Contains(stmt, "IF NOT EXISTS") {
+	if err == nil {
+		return nil
+	}
+	if isAlreadyExists(err) && strings.Contains(stmt, "IF NOT EXISTS") {
 		s.log.Debug("object created concurrently", "error", err)
+		return nil
+	}
+	if addColumnRE.MatchString(stmt) && isColumnExists(err) {
+		s.log.Debug("column already added", "error", err)
 		return nil
 	}
 	return err
 }
 
+var addColumnRE = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s.*\sADD\s+COLUMN\s`)
+
 // ClickHouse error codes used here.
 const (
+	codeIllegalColumn         = 44
+	codeDuplicateColumn       = 15
 	codeTableAlreadyExists    = 57
 	codeDatabaseAlreadyExists = 82
 )
+
+func isColumnExists(err error) bool {
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		return (ex.Code == codeIllegalColumn || ex.Code == codeDuplicateColumn) &&
+			strings.Contains(ex.Message, "already exists")
+	}
+	return false
+}
 
 func isAlreadyExists(err error) bool {
 	var ex *ch.Exception

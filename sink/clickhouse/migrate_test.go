@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -157,4 +158,32 @@ SELECT ';' -- not a separator
 	if _, err := render(migration{File: "0006_y.sql", Text: "{{.Nope}}"}, newTmplData("db", "", true)); err == nil {
 		t.Error("unknown template field accepted")
 	}
+}
+
+// ALTER … ADD COLUMN re-applied (a crash before the record, or two daemons)
+// must not fail, although 18.16 has no ADD COLUMN IF NOT EXISTS.
+func TestMigrationReapplied(t *testing.T) {
+	fsys := fstest.MapFS{
+		"migrations/0001_t.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = MergeTree ORDER BY a
+;
+ALTER TABLE {{.Local "t"}}{{.OnCluster}} ADD COLUMN b String
+`)},
+	}
+	s, _ := openTest(t, func(o *Options) { o.migrations = fsys })
+	if err := s.Conn().Exec(ctxT(t), "ALTER TABLE "+s.table("schema_migrations")+" DELETE WHERE version = 1"); err != nil {
+		t.Fatal(err)
+	}
+	// ALTER … DELETE is asynchronous on 18.16: wait until the record is gone.
+	deadline := time.Now().Add(30 * time.Second)
+	for countRows(t, s, "SELECT count() FROM "+s.table("schema_migrations")) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("schema_migrations record not deleted")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s2, err := Open(ctxT(t), Options{Addr: []string{testAddr()}, Database: s.Database(), migrations: fsys})
+	if err != nil {
+		t.Fatalf("re-applying a migration with ADD COLUMN: %v", err)
+	}
+	s2.Close()
 }
