@@ -39,6 +39,8 @@ type Receiver struct {
 	stopped  chan struct{} // closed when the spool loop stops accepting
 	ran      atomic.Bool
 	addr     atomic.Pointer[string]
+	spooled  atomic.Int64 // events waiting in the spool
+	spoolB   atomic.Int64 // their bytes
 
 	errMu    sync.Mutex
 	spoolErr error // last spool write error; nil after a good write
@@ -89,8 +91,9 @@ func (r *Receiver) Addr() string {
 }
 
 // Ready reports whether the receiver can accept webhooks: Run has opened the
-// spool, is not stopping, the last spool write succeeded and the spool
-// directory is writable. For /readyz.
+// spool, is not stopping, the spool is below its caps, the last spool write
+// succeeded and the spool directory is writable. For /readyz: a load
+// balancer then sends the service's retries to a daemon that can take them.
 func (r *Receiver) Ready() error {
 	select {
 	case <-r.started:
@@ -101,6 +104,9 @@ func (r *Receiver) Ready() error {
 	case <-r.stopped:
 		return errors.New("webhookrx: stopped")
 	default:
+	}
+	if n, b := r.spooled.Load(), r.spoolB.Load(); n >= int64(r.s.SpoolMaxEvents) || b >= r.s.SpoolMaxBytes {
+		return fmt.Errorf("webhookrx: spool full (%d events, %d bytes)", n, b)
 	}
 	r.errMu.Lock()
 	err := r.spoolErr
@@ -335,6 +341,8 @@ func (r *Receiver) commit(sp *spool, batch []*appendReq) {
 }
 
 func (r *Receiver) updateGauges(sp *spool) {
+	r.spooled.Store(int64(sp.events()))
+	r.spoolB.Store(sp.bytes)
 	r.m.spoolEvents.Set(float64(sp.events()))
 	r.m.spoolBytes.Set(float64(sp.bytes))
 	if t := sp.oldest(); t.IsZero() {

@@ -123,6 +123,9 @@ func TestSpoolFullAnswers503ThenAccepts(t *testing.T) {
 	if st != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "7" {
 		t.Fatalf("over the cap: %d %s Retry-After=%q, want 503 with Retry-After 7", st, body, hdr.Get("Retry-After"))
 	}
+	if err := rx.r.Ready(); err == nil || !strings.Contains(err.Error(), "spool full") {
+		t.Errorf("Ready with a full spool: %v", err)
+	}
 	if v := counter(t, rx.reg, "surveysync_webhook_requests_total", "outcome", "spool_full"); v != 1 {
 		t.Errorf("spool_full = %v", v)
 	}
