@@ -195,8 +195,8 @@ type Copier struct {
 	m   *metrics
 	q   *queue
 
-	spoolPool sync.Pool // *bytes.Buffer
-	copyPool  sync.Pool // *[]byte
+	spoolPool sync.Pool  // *bytes.Buffer
+	copyPool  sync.Pool  // *[]byte
 	s3        *s3.Client // set when the store is S3
 	s3Bucket  string
 
@@ -206,6 +206,7 @@ type Copier struct {
 
 	recentMu sync.Mutex
 	recent   map[string]bool // settled this run: true stored, false failed for good; discovery does not queue either again
+	deleted  map[string]bool // responses (key prefix) seen deleted this run
 
 	verMu   sync.Mutex
 	lastVer uint64
@@ -221,7 +222,8 @@ const maxRecent = 200_000
 // index; failed files are then only retried in memory).
 func NewCopier(st *Store, dl Downloader, idx files.Index, o Options) *Copier {
 	o.defaults()
-	c := &Copier{st: st, dl: dl, idx: idx, o: o, m: newMetrics(o.Registerer), flushC: make(chan struct{}, 1), recent: map[string]bool{}}
+	c := &Copier{st: st, dl: dl, idx: idx, o: o, m: newMetrics(o.Registerer), flushC: make(chan struct{}, 1),
+		recent: map[string]bool{}, deleted: map[string]bool{}}
 	c.q = newQueue(o.QueueSize, func(n int) { c.m.queueDepth.Set(float64(n)) })
 	var client *s3.Client
 	if st.bucket.As(&client) {
@@ -565,6 +567,9 @@ func (c *Copier) process(ctx context.Context, t task) {
 		}
 		return
 	}
+	if c.wasDeleted(t.ref) {
+		return // its response was deleted after the file was queued
+	}
 	start := c.o.Now()
 	st, err := c.Copy(ctx, t.ref)
 	if err != nil {
@@ -612,6 +617,10 @@ func (c *Copier) process(ctx context.Context, t task) {
 		FileRef: t.ref, ObjectURL: st.ObjectURL, FileName: st.FileName, ContentType: st.ContentType,
 		Size: st.Size, SHA256: st.SHA256, StoredAt: c.o.Now(), Attempts: t.attempts,
 	})
+	if c.wasDeleted(t.ref) {
+		// The response was deleted while this copy ran: mark (and remove) again.
+		c.q.push(task{del: true, ref: files.FileRef{SurveyID: t.ref.SurveyID, ResponseID: t.ref.ResponseID}}, nil)
+	}
 }
 
 // permanentPrefix starts the recorded error of a failure that asking again
@@ -647,8 +656,7 @@ func (c *Copier) HandleResponse(ctx context.Context, r *survey.Response) {
 		return
 	}
 	if r.ResponseStatus == survey.StatusDeleted {
-		c.q.dropResponse(r.SurveyID, r.ResponseID)
-		c.q.push(task{del: true, ref: files.FileRef{SurveyID: r.SurveyID, ResponseID: r.ResponseID}}, nil)
+		c.MarkDeleted(r.SurveyID, r.ResponseID)
 		return
 	}
 	c.Enqueue(files.FindFiles(r, c.o.TypeMatch)...)
@@ -670,6 +678,12 @@ func (c *Copier) Enqueue(refs ...files.FileRef) {
 // removal from the store when DeleteWithResponse is on); it never blocks.
 // Run does the work and retries it until it succeeds.
 func (c *Copier) MarkDeleted(surveyID int64, responseID survey.GUID) {
+	c.recentMu.Lock()
+	if len(c.deleted) >= maxRecent {
+		clear(c.deleted)
+	}
+	c.deleted[files.FileRef{SurveyID: surveyID, ResponseID: responseID}.Key()] = true
+	c.recentMu.Unlock()
 	c.q.dropResponse(surveyID, responseID)
 	c.q.push(task{del: true, ref: files.FileRef{SurveyID: surveyID, ResponseID: responseID}}, nil)
 }
@@ -749,6 +763,13 @@ func (c *Copier) skipSettled(t task) bool {
 }
 
 func (c *Copier) skipStored(t task) bool { return c.storedThisRun(t.ref) }
+
+// wasDeleted reports whether this run saw ref's response deleted.
+func (c *Copier) wasDeleted(ref files.FileRef) bool {
+	c.recentMu.Lock()
+	defer c.recentMu.Unlock()
+	return c.deleted[files.FileRef{SurveyID: ref.SurveyID, ResponseID: ref.ResponseID}.Key()]
+}
 
 func (c *Copier) storedThisRun(ref files.FileRef) bool {
 	c.recentMu.Lock()
