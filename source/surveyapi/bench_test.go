@@ -1,7 +1,9 @@
 package surveyapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"testing"
@@ -74,5 +76,56 @@ func BenchmarkDecodeResponse(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// BenchmarkDecodeStrategies compares ways to decode the envelope of a
+// detail, to justify the one used (docs/client.md "Decoding"):
+// a streaming json.Decoder on the body, a two-step decode (meta +
+// json.RawMessage, then the result), one json.Unmarshal of the envelope with
+// a typed result (used for the small results), and the fast path (used for
+// details and lists).
+func BenchmarkDecodeStrategies(b *testing.B) {
+	body := responseJSON(testRID)
+	run := func(name string, f func() (*survey.Response, error)) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := f()
+				if err != nil || r.ResponseID != testRID {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	run("json_decoder_stream", func() (*survey.Response, error) {
+		var env envelope[survey.Response]
+		err := json.NewDecoder(bytes.NewReader(body)).Decode(&env)
+		return env.Result, err
+	})
+	run("rawmessage_two_step", func() (*survey.Response, error) {
+		var env struct {
+			Meta   meta            `json:"meta"`
+			Result json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal(body, &env); err != nil {
+			return nil, err
+		}
+		var r survey.Response
+		err := json.Unmarshal(env.Result, &r)
+		return &r, err
+	})
+	run("unmarshal_one_pass", func() (*survey.Response, error) {
+		var env envelope[survey.Response]
+		err := json.Unmarshal(body, &env)
+		return env.Result, err
+	})
+	run("fast_path", func() (*survey.Response, error) {
+		r, _, ok := fastResponse(body)
+		if !ok {
+			return nil, ErrMalformed
+		}
+		return r, nil
 	})
 }

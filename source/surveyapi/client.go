@@ -196,13 +196,12 @@ func New(o Options) (*Client, error) {
 	return c, nil
 }
 
-// Close releases idle connections of the client's own transport. In-flight
-// calls are not affected; the client stays usable.
+// Close releases idle connections of the client's own transport (an
+// injected Options.HTTPClient is the caller's to close). In-flight calls are
+// not affected; the client stays usable.
 func (c *Client) Close() {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
-	} else {
-		c.hc.CloseIdleConnections()
 	}
 }
 
