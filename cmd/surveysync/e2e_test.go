@@ -24,6 +24,7 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/surveysync/surveysync/internal/faultproxy"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/source/sim"
 )
@@ -502,4 +503,69 @@ func TestDemoDefaultsWriteParquet(t *testing.T) {
 	if !strings.Contains(string(out), "caught up") {
 		t.Fatalf("demo did not say where to look:\n%s", tail(string(out), 20))
 	}
+}
+
+// ClickHouse unreachable for 30 s in the middle of a backfill: the daemon
+// waits with bounded memory and resumes; nothing is lost or duplicated.
+func TestClickHouseOutageMidSyncLosesNothing(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	proxy, err := faultproxy.New(w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	e := newEmulator(t, sim.Options{Surveys: specs(2, 10000, 41)})
+	direct := *w
+	w.addr = proxy.Addr() // the daemon goes through the proxy; the test reads directly
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  batch:\n    max_rows: 5000\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n uint64
+		if err := direct.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.responses", w.db)).Scan(&n); err == nil && n > 2000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress before the outage; output:\n%s", tail(d.output(), 40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	proxy.SetDown(true)
+	outage := 30 * time.Second
+	if testing.Short() {
+		outage = 5 * time.Second
+	}
+	var peak int64
+	end := time.Now().Add(outage)
+	for time.Now().Before(end) {
+		if v := vmHWMKB(d.cmd.Process.Pid); v > peak {
+			peak = v
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	proxy.SetDown(false)
+	d.wait(t, 4*time.Minute)
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, &direct)); msg != "" {
+		t.Fatal(msg)
+	}
+	t.Logf("peak RSS during the %v outage: %d MB", outage, peak/1024)
+	if peak > 400*1024 {
+		t.Fatalf("peak RSS %d MB during the outage: memory is not bounded", peak/1024)
+	}
+}
+
+func vmHWMKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			return kb
+		}
+	}
+	return 0
 }
