@@ -5,6 +5,7 @@ package chdbcheck
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -145,4 +146,17 @@ func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
 	check("surveys_current", fmt.Sprintf("SELECT survey_id, name FROM %s.surveys_current", db), "42\tb")
 	query(t, fmt.Sprintf("INSERT INTO %s.sync_state (survey_id, stream, watermark, last_run_at, last_error, synced, updated_at, _version) VALUES (42, 'completed', '2026-08-01 00:00:00', now(), '', 1, now(), 1), (42, 'completed', '2026-08-02 00:00:00', now(), '', 2, now(), 2)", db))
 	check("sync_state_current", fmt.Sprintf("SELECT survey_id, stream, watermark, synced FROM %s.sync_state_current", db), "42\tcompleted\t2026-08-02 00:00:00\t2")
+
+	// The example queries of docs/schema.md run here too.
+	doc, err := os.ReadFile("../../../docs/schema.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+	if len(blocks) < 5 {
+		t.Fatalf("docs/schema.md has %d sql blocks", len(blocks))
+	}
+	for _, b := range blocks {
+		query(t, strings.ReplaceAll(b[1], "surveysync.", db+"."))
+	}
 }
