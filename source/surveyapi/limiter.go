@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,7 @@ type adaptiveLimit struct {
 	inFlight     int
 	waiters      list.List // of chan struct{}; closed when granted a slot
 	lastDecrease time.Time
+	below        atomic.Bool // limit < max: successes have something to do
 }
 
 func newAdaptiveLimit(max int) *adaptiveLimit {
@@ -74,11 +76,15 @@ func (a *adaptiveLimit) grantLocked() {
 
 // success is the additive increase.
 func (a *adaptiveLimit) success() {
+	if !a.below.Load() {
+		return
+	}
 	a.mu.Lock()
 	if a.limit < a.max {
 		a.limit = min(a.max, a.limit+1/a.limit)
 		a.grantLocked()
 	}
+	a.below.Store(a.limit < a.max)
 	a.mu.Unlock()
 }
 
@@ -88,6 +94,7 @@ func (a *adaptiveLimit) rateLimited(sentAt, now time.Time) {
 	if !sentAt.Before(a.lastDecrease) {
 		a.limit = max(1, a.limit/2)
 		a.lastDecrease = now
+		a.below.Store(a.limit < a.max)
 	}
 	a.mu.Unlock()
 }
@@ -112,6 +119,11 @@ type gate struct {
 	probeInterval time.Duration
 	onMode        func(mode int) // called with mu held, on every mode change
 
+	// Lock-free fast path: open is true while mode is modeOpen; holdNs is
+	// notBefore in unix ns. Both only change under mu.
+	open   atomic.Bool
+	holdNs atomic.Int64
+
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every mode change
 	notBefore time.Time
@@ -124,6 +136,7 @@ type gate struct {
 
 func newGate(quotaPause, probeInterval time.Duration, onMode func(mode int)) *gate {
 	g := &gate{quotaPause: quotaPause, probeInterval: probeInterval, onMode: onMode, changed: make(chan struct{})}
+	g.open.Store(true)
 	onMode(modeOpen)
 	return g
 }
@@ -134,6 +147,9 @@ func newGate(quotaPause, probeInterval time.Duration, onMode func(mode int)) *ga
 // the probe: it must then call done with what it learnt. waited is the time
 // spent behind the 429 gate.
 func (g *gate) admit(ctx context.Context, refuse func(authErr error, since, next time.Time) error) (probe bool, waited time.Duration, err error) {
+	if g.open.Load() && time.Now().UnixNano() >= g.holdNs.Load() {
+		return false, 0, nil // the common case: no lock
+	}
 	for {
 		g.mu.Lock()
 		now := time.Now()
@@ -194,6 +210,9 @@ const (
 
 // done reports the result of an admitted attempt.
 func (g *gate) done(probe bool, result int, authErr error) (entered int, wasMode int) {
+	if !probe && (result == gateAnswered || result == gateNoAnswer) {
+		return -1, -1 // nothing to learn: no lock
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -227,6 +246,7 @@ func (g *gate) done(probe bool, result int, authErr error) (entered int, wasMode
 			entered = modeOpen
 		}
 	}
+	g.open.Store(g.mode == modeOpen)
 	if entered >= 0 || probe {
 		g.onMode(g.mode)
 		close(g.changed)
@@ -240,6 +260,7 @@ func (g *gate) holdUntil(t time.Time) {
 	g.mu.Lock()
 	if t.After(g.notBefore) {
 		g.notBefore = t
+		g.holdNs.Store(t.UnixNano())
 	}
 	g.mu.Unlock()
 }
