@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -101,6 +99,7 @@ type feed struct {
 	now     func() time.Time
 	grace   time.Duration
 	classes func(error) (state, msg string)
+	calls   chan struct{} // create-contact calls in flight, Concurrency slots
 
 	loadMu    sync.Mutex
 	loaded    bool // loaded for real runs (open intents recorded as uncertain)
@@ -247,17 +246,31 @@ type batchRun struct {
 	id      string
 	file    string
 	emit    func(RowResult)
-	sum     Summary
 	dry     bool
 	dryKeys map[keyID]bool
+
+	mu  sync.Mutex // guards sum, err and calls to emit
+	sum Summary
+	err error // first error of a background chunk
+
+	slots chan struct{} // chunks with intents recorded and outcomes not yet recorded
+	wg    sync.WaitGroup
 }
 
+// pipelineDepth is how many chunks may be between their intent and their
+// outcomes at once: the intents of the next chunk are written while the
+// previous chunk's calls run. After a crash at most this many chunks of
+// rows can be uncertain.
+const pipelineDepth = 2
+
 // runBatch reads rows from next until io.EOF, validates, pushes new ones in
-// chunks, and triggers the send. emit gets every row's result. ctx is the
-// stop signal: when it ends, no new chunk starts, the chunk in flight
-// finishes within the grace period, and runBatch returns ctx's error.
+// chunks, and triggers the send. emit gets every row's result (from one
+// goroutine at a time, not in line order). ctx is the stop signal: when it
+// ends, no new chunk starts, the chunks in flight finish within the grace
+// period, and runBatch returns ctx's error.
 func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter, emit func(RowResult), dry bool) (Summary, error) {
-	b := &batchRun{f: f, id: batchID, file: file, emit: emit, dry: dry, sum: Summary{BatchID: batchID}}
+	b := &batchRun{f: f, id: batchID, file: file, emit: emit, dry: dry, sum: Summary{BatchID: batchID},
+		slots: make(chan struct{}, pipelineDepth)}
 	if dry {
 		b.dryKeys = map[keyID]bool{}
 	}
@@ -271,6 +284,22 @@ func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter,
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(f.grace, cancelWork) })
 	defer stop()
 
+	err := b.read(ctx, work, next)
+	b.wg.Wait()
+	b.mu.Lock()
+	if err == nil {
+		err = b.err
+	}
+	b.mu.Unlock()
+	if err == nil {
+		err = b.send(work)
+	}
+	return b.sum, err
+}
+
+// read reads, validates and claims rows and dispatches full chunks.
+func (b *batchRun) read(ctx, work context.Context, next rowIter) error {
+	f := b.f
 	chunk := make([]pending, 0, f.opts.ChunkRows)
 	release := func() {
 		f.mu.Lock()
@@ -279,10 +308,45 @@ func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter,
 		}
 		f.mu.Unlock()
 	}
+	dispatch := func() error {
+		b.mu.Lock()
+		err := b.err
+		b.mu.Unlock()
+		if err != nil {
+			release()
+			return err
+		}
+		select {
+		case b.slots <- struct{}{}:
+		case <-work.Done():
+			release()
+			return work.Err()
+		}
+		entries, err := b.begin(work, chunk)
+		if err != nil {
+			<-b.slots
+			return err
+		}
+		c := chunk
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer func() { <-b.slots }()
+			if err := b.finish(work, c, entries); err != nil {
+				b.mu.Lock()
+				if b.err == nil {
+					b.err = err
+				}
+				b.mu.Unlock()
+			}
+		}()
+		chunk = make([]pending, 0, f.opts.ChunkRows)
+		return nil
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			release()
-			return b.sum, err
+			return err
 		}
 		row, err := next()
 		if errors.Is(err, io.EOF) {
@@ -290,7 +354,7 @@ func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter,
 		}
 		if err != nil {
 			release()
-			return b.sum, err
+			return err
 		}
 		if row.problem != nil {
 			b.result(RowResult{Line: row.line, Outcome: OutcomeInvalid, Field: row.problem.Field, Reason: row.problem.Reason})
@@ -306,28 +370,21 @@ func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter,
 			b.result(RowResult{Line: row.line, Key: key, Outcome: outcome, Reason: reason})
 			continue
 		}
-		if dry {
+		if b.dry {
 			b.result(RowResult{Line: row.line, Key: key, Outcome: OutcomePushed, Reason: "would push " + describe(&c)})
 			continue
 		}
 		chunk = append(chunk, pending{line: row.line, key: key, id: id, contact: c})
 		if len(chunk) == cap(chunk) {
-			err := b.flush(work, chunk)
-			chunk = chunk[:0]
-			if err != nil {
-				return b.sum, err
+			if err := dispatch(); err != nil {
+				return err
 			}
 		}
 	}
 	if len(chunk) > 0 {
-		if err := b.flush(work, chunk); err != nil {
-			return b.sum, err
-		}
+		return dispatch()
 	}
-	if err := b.send(work); err != nil {
-		return b.sum, err
-	}
-	return b.sum, nil
+	return nil
 }
 
 // claim decides whether a key may be pushed by this batch and marks it in
@@ -356,6 +413,8 @@ func (b *batchRun) claim(id keyID) (outcome, reason string) {
 }
 
 func (b *batchRun) result(r RowResult) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.sum.add(r.Outcome)
 	if !b.dry {
 		b.f.m.rows.WithLabelValues(b.f.opts.Name, r.Outcome).Inc()
@@ -365,9 +424,9 @@ func (b *batchRun) result(r RowResult) {
 	}
 }
 
-// flush pushes one chunk: intents durably first, then the calls, then the
-// settlements.
-func (b *batchRun) flush(ctx context.Context, chunk []pending) error {
+// begin records the intents of a chunk durably. On error the chunk's keys
+// are released (nothing was called).
+func (b *batchRun) begin(ctx context.Context, chunk []pending) ([]ContactEntry, error) {
 	f := b.f
 	now := f.now().UTC()
 	entries := make([]ContactEntry, len(chunk))
@@ -384,13 +443,24 @@ func (b *batchRun) flush(ctx context.Context, chunk []pending) error {
 			delete(f.keys, p.id)
 		}
 		f.mu.Unlock()
-		return fmt.Errorf("feed %s: record intents: %w", f.opts.Name, err)
+		return nil, fmt.Errorf("feed %s: record intents: %w", f.opts.Name, err)
 	}
+	return entries, nil
+}
 
-	g := new(errgroup.Group)
-	g.SetLimit(f.opts.Concurrency)
+// finish calls create-contact for every row of a chunk whose intents are
+// recorded, then records the outcomes. Calls of all chunks of the feed
+// share f.calls (Concurrency slots).
+func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []ContactEntry) error {
+	f := b.f
+
+	var wg sync.WaitGroup
 	for i := range chunk {
-		g.Go(func() error {
+		f.calls <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-f.calls }()
 			e := &entries[i]
 			created, err := f.api.CreateContact(ctx, f.opts.DistributionID, chunk[i].contact)
 			switch {
@@ -401,12 +471,11 @@ func (b *batchRun) flush(ctx context.Context, chunk []pending) error {
 			default:
 				e.State, e.Error = f.classes(err)
 			}
-			return nil
-		})
+		}()
 	}
-	_ = g.Wait()
+	wg.Wait()
 
-	now = f.now().UTC()
+	now := f.now().UTC()
 	f.mu.Lock()
 	for i := range entries {
 		entries[i].UpdatedAt, entries[i].Version = now, f.version(now)

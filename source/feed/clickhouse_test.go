@@ -112,6 +112,20 @@ func TestClickHouseLedger(t *testing.T) {
 			batch = batch[:0]
 		}
 	}
+	// Latency of the small inserts the feed does per chunk (100 rows).
+	small := make([]feed.ContactEntry, 100)
+	const rounds = 30
+	t0 := time.Now()
+	for r := 0; r < rounds; r++ {
+		for i := range small {
+			small[i] = rec(fmt.Sprintf("lat-%d-%d", r, i), feed.StateIntent, uint64(1e6+r*100+i))
+			small[i].Feed = "latency"
+		}
+		if err := l.RecordContacts(ctx, small); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("100-row insert: %v on average", time.Since(t0)/rounds)
 	start := time.Now()
 	count := 0
 	if err := l.LoadContacts(ctx, "big", func(feed.ContactEntry) error { count++; return nil }); err != nil {
