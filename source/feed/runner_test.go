@@ -581,3 +581,50 @@ func TestRunPollsAndStops(t *testing.T) {
 	}
 	checkExactlyOnce(t, pushedIDs(t, svc), good)
 }
+
+// TestGracefulStopLeavesNothingUncertain cancels Run in the middle of a
+// file: the chunks in flight finish, the file stays in processing/, and a
+// restart pushes the rest, each row once, none uncertain.
+func TestGracefulStopLeavesNothingUncertain(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.Delay = 2 * time.Millisecond
+	dir, ledgerDir := t.TempDir(), t.TempDir()
+	o := csvFeed(dir)
+	o.ChunkRows = 50
+	e := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
+	good, _ := genCSV(t, filepath.Join(dir, "big.csv"), 3000, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.runner.Run(ctx) }()
+	for len(svc.Contacts(dist)) < 525 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	stopped := len(svc.Contacts(dist))
+	if stopped >= len(good) {
+		t.Fatalf("finished before the stop (%d)", stopped)
+	}
+	if n, _ := filepath.Glob(filepath.Join(dir, "processing", "*big.csv")); len(n) != 1 {
+		t.Fatalf("the file should stay in processing/: %v", n)
+	}
+	svc.Delay = 0
+	e2 := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
+	if unc, err := e2.runner.Uncertain(context.Background(), "crm"); err != nil || len(unc) != 0 {
+		t.Fatalf("uncertain after a graceful stop: %d %v", len(unc), err)
+	}
+	if err := e2.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	r := report(t, dir, "done")
+	if len(r) != 1 || r[0].Summary.Uncertain != 0 || r[0].Summary.Skipped != int64(stopped) {
+		t.Fatalf("report %+v (stopped at %d)", r[0].Summary, stopped)
+	}
+	if n := len(svc.Sends()); n != 1 {
+		t.Fatalf("sends %d", n)
+	}
+}
