@@ -187,10 +187,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 			r.worker(procCtx, stopTaking, completions)
 		}()
 	}
-	logDone := make(chan struct{})
+	logDone, abandon := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(logDone)
-		r.logger(stopTaking, completions)
+		r.logger(stopTaking, abandon, completions)
 	}()
 
 	var srv *http.Server
@@ -228,12 +228,27 @@ func (r *Receiver) Run(ctx context.Context) error {
 		<-serveErr
 	}
 	// 2. Workers take no new events; in-flight ones get ShutdownTimeout.
+	//    A Processor that ignores its cancelled context is abandoned after
+	//    another ShutdownTimeout rather than hanging the shutdown: its event
+	//    stays in the spool.
 	close(stopTaking)
 	hard := time.AfterFunc(s.ShutdownTimeout, procCancel)
-	workers.Wait()
+	workersDone := make(chan struct{})
+	go func() {
+		workers.Wait()
+		close(workersDone)
+	}()
+	abandonTimer := time.NewTimer(2 * s.ShutdownTimeout)
+	select {
+	case <-workersDone:
+		// 3. Log and mark done what finished, then close the spool.
+		close(completions)
+	case <-abandonTimer.C:
+		s.logger.Error("webhook processors did not return after their context was cancelled; abandoning them, their events stay in the spool")
+		close(abandon)
+	}
+	abandonTimer.Stop()
 	hard.Stop()
-	// 3. Log and mark done what finished, then close the spool.
-	close(completions)
 	<-logDone
 	close(spoolStop)
 	<-loopDone
@@ -420,7 +435,8 @@ func jitter(d time.Duration) time.Duration {
 // logger batches completions into the EventLog, then hands their done
 // marks to the spool loop. A batch whose log write fails is retried until
 // stop; past stop it gets one last attempt and otherwise stays in the spool.
-func (r *Receiver) logger(stop <-chan struct{}, in <-chan completion) {
+// It returns when in is closed, or on abandon (stuck workers still hold in).
+func (r *Receiver) logger(stop, abandon <-chan struct{}, in <-chan completion) {
 	s := r.s
 	var batch []completion
 	timer := time.NewTimer(time.Hour)
@@ -459,6 +475,18 @@ func (r *Receiver) logger(stop <-chan struct{}, in <-chan completion) {
 			}
 		case <-timer.C:
 			flush(false)
+		case <-abandon:
+			for {
+				select {
+				case c := <-in:
+					batch = append(batch, c)
+					continue
+				default:
+				}
+				break
+			}
+			flush(true)
+			return
 		}
 	}
 }

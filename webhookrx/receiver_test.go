@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -648,4 +649,34 @@ func TestChunkedBodyTooLarge(t *testing.T) {
 	if v := counter(t, rx.reg, "surveysync_webhook_spool_events"); v != 0 {
 		t.Errorf("spooled %v", v)
 	}
+}
+
+// A Processor that ignores cancellation does not hang the shutdown: it is
+// abandoned and its event stays in the spool.
+func TestShutdownAbandonsStuckProcessor(t *testing.T) {
+	release := make(chan struct{})
+	var started atomic.Bool
+	p := ProcessorFunc(func(context.Context, Event) error {
+		started.Store(true)
+		<-release // ignores ctx
+		return nil
+	})
+	o := testOptions(t, "")
+	o.ShutdownTimeout = 100 * time.Millisecond
+	rx := start(t, o, p, nil)
+	post(t, rx.url, responseBody(1), nil)
+	waitFor(t, "processing", started.Load)
+	t0 := time.Now()
+	if err := rx.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("shutdown took %s", d)
+	}
+	close(release) // let the abandoned worker finish before goleak looks
+	time.Sleep(50 * time.Millisecond)
+	p2 := newRecorder()
+	rx2 := start(t, o, p2, nil)
+	waitFor(t, "replayed", func() bool { return len(p2.processed()) == 1 })
+	_ = rx2
 }
