@@ -121,9 +121,28 @@ func (r *Runner) handler(listen string) http.Handler {
 // are served through Handler by the caller). A feed's failing batch is
 // logged and retried at its next tick; Run returns nil when ctx ends and
 // every goroutine has stopped, or an error if a listener cannot start.
-func (r *Runner) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	listens := map[string]bool{}
+func (r *Runner) Run(parent context.Context) error {
+	// Open the listeners first: a port in use fails Run before anything starts.
+	listeners := map[string]net.Listener{}
+	for _, name := range r.order {
+		f := r.feeds[name]
+		l := f.opts.HTTP.Listen
+		if f.opts.Type != TypeHTTP || l == "" || listeners[l] != nil {
+			continue
+		}
+		ln, err := net.Listen("tcp", l)
+		if err != nil {
+			for _, ln := range listeners {
+				ln.Close()
+			}
+			return fmt.Errorf("feed: http listener %s: %w", l, err)
+		}
+		listeners[l] = ln
+	}
+	g, ctx := errgroup.WithContext(parent)
+	for addr, ln := range listeners {
+		r.serve(ctx, g, addr, ln)
+	}
 	for _, name := range r.order {
 		f := r.feeds[name]
 		switch f.opts.Type {
@@ -145,29 +164,22 @@ func (r *Runner) Run(ctx context.Context) error {
 				return nil
 			})
 		case TypeHTTP:
-			if err := f.ensureLoaded(ctx, false); err != nil {
-				r.log.Error("feed: ledger not loaded yet; loaded at the first request", "feed", name, "err", err)
-			}
-			if l := f.opts.HTTP.Listen; l != "" && !listens[l] {
-				listens[l] = true
-				if err := r.serve(ctx, g, l); err != nil {
-					return err
-				}
+			// Load now so the first request is fast and uncertain rows are
+			// reported at start; a failure is retried at the first request.
+			if err := f.ensureLoaded(ctx, false); err != nil && ctx.Err() == nil {
+				r.log.Error("feed: ledger not loaded; retried at the first request", "feed", name, "err", err)
 			}
 		}
 	}
 	err := g.Wait()
-	if ctx.Err() != nil {
+	if parent.Err() != nil {
 		return nil
 	}
 	return err
 }
 
-func (r *Runner) serve(ctx context.Context, g *errgroup.Group, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("feed: http listener %s: %w", addr, err)
-	}
+// serve runs an HTTP server for the http feeds listening on addr until ctx ends.
+func (r *Runner) serve(ctx context.Context, g *errgroup.Group, addr string, ln net.Listener) {
 	srv := &http.Server{Handler: r.handler(addr), ReadHeaderTimeout: 10 * time.Second}
 	g.Go(func() error {
 		err := srv.Serve(ln)
@@ -183,7 +195,6 @@ func (r *Runner) serve(ctx context.Context, g *errgroup.Group, addr string) erro
 		return srv.Shutdown(sctx)
 	})
 	r.log.Info("feed: http listening", "addr", ln.Addr().String())
-	return nil
 }
 
 // loop runs tick at once and then every Interval until ctx ends.
@@ -386,6 +397,10 @@ func (r *Runner) Resolve(ctx context.Context, name string, keys []string, as str
 			}
 		}
 	}
+	uncertain, loaded := f.uncertainN, f.keys != nil
 	f.mu.Unlock()
+	if loaded {
+		f.m.uncertain.WithLabelValues(name).Set(float64(uncertain))
+	}
 	return f.ledger.RecordContacts(ctx, entries)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -626,5 +627,22 @@ func TestGracefulStopLeavesNothingUncertain(t *testing.T) {
 	}
 	if n := len(svc.Sends()); n != 1 {
 		t.Fatalf("sends %d", n)
+	}
+}
+
+func TestRunFailsOnBusyListener(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	svc := feedtest.Start()
+	defer svc.Close()
+	o := csvFeed(t.TempDir())
+	h := feed.Options{Name: "web", Type: feed.TypeHTTP, DistributionID: dist, Mapping: map[string]string{"email": "e"},
+		HTTP: feed.HTTPOptions{Path: "/p", Token: "t", Listen: busy.Addr().String()}}
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o, h)
+	if err := e.runner.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "listener") {
+		t.Fatalf("Run on a busy port: %v", err)
 	}
 }
