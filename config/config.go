@@ -51,14 +51,15 @@ type API struct {
 
 // Sync is how responses are polled and written.
 type Sync struct {
-	Statuses          []string      `koanf:"statuses"`           // streams: completed, disqualified, quotafull, partial
-	PollInterval      time.Duration `koanf:"poll_interval"`      // how often each stream is polled
-	Overlap           time.Duration `koanf:"overlap"`            // a window starts this far before the watermark
-	SettleLag         time.Duration `koanf:"settle_lag"`         // a window ends this far before now
-	PartialLookback   time.Duration `koanf:"partial_lookback"`   // partial responses are re-read this far back
-	ReconcileInterval time.Duration `koanf:"reconcile_interval"` // 0 disables the deletion/status reconcile pass
-	BackfillFrom      time.Time     `koanf:"backfill_from"`      // where a new stream's watermark starts
-	FetchConcurrency  int           `koanf:"fetch_concurrency"`  // response details fetched at once
+	Statuses          []string      `koanf:"statuses"`                // streams: completed, disqualified, quotafull, partial
+	PollInterval      time.Duration `koanf:"poll_interval"`           // how often each stream is polled
+	Overlap           time.Duration `koanf:"overlap"`                 // a window starts this far before the watermark
+	SettleLag         time.Duration `koanf:"settle_lag"`              // a window ends this far before now
+	PartialLookback   time.Duration `koanf:"partial_lookback"`        // partial responses are re-read this far back
+	PartialRescan     time.Duration `koanf:"partial_rescan_interval"` // how often that whole lookback is re-read
+	ReconcileInterval time.Duration `koanf:"reconcile_interval"`      // 0 disables the deletion/status reconcile pass
+	BackfillFrom      time.Time     `koanf:"backfill_from"`           // where a new stream's watermark starts
+	FetchConcurrency  int           `koanf:"fetch_concurrency"`       // response details fetched at once
 	Batch             Batch         `koanf:"batch"`
 }
 
@@ -297,6 +298,7 @@ func defaults() *Config {
 			Overlap:           10 * time.Minute,
 			SettleLag:         5 * time.Second,
 			PartialLookback:   72 * time.Hour,
+			PartialRescan:     10 * time.Minute,
 			ReconcileInterval: 6 * time.Hour,
 			BackfillFrom:      time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
 			FetchConcurrency:  16,

@@ -132,6 +132,7 @@ func (c *Config) validateSync(p *problems) {
 	}
 	nonNegative(p, "sync.overlap", s.Overlap)
 	nonNegative(p, "sync.settle_lag", s.SettleLag)
+	positive(p, "sync.partial_rescan_interval", s.PartialRescan)
 	if seen["partial"] && s.PartialLookback < s.PollInterval {
 		p.add("sync.partial_lookback", "(%s) must be at least sync.poll_interval (%s), or partial responses can be missed between polls",
 			FormatDuration(s.PartialLookback), FormatDuration(s.PollInterval))

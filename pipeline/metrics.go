@@ -14,6 +14,7 @@ type metrics struct {
 	written      *prometheus.CounterVec
 	fetchErrors  *prometheus.CounterVec
 	rejects      prometheus.Counter
+	unchanged    prometheus.Counter
 	queue        *prometheus.GaugeVec
 	flushes      *prometheus.CounterVec
 	batchRows    *prometheus.HistogramVec
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "surveysync_pipeline_flatten_errors_total",
 			Help: "Responses that could not be flattened into rows.",
+		}),
+		unchanged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "surveysync_pipeline_responses_unchanged_total",
+			Help: "Re-read responses whose detail had not changed since this process wrote it: acknowledged without a write.",
 		}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "surveysync_pipeline_queue_depth",
@@ -99,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		newestSeen: map[newestKey]float64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.queue, m.flushes,
+		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.unchanged, m.queue, m.flushes,
 			m.batchRows, m.rowsWritten, m.writeErrors, m.writeSeconds, m.fetchSeconds,
 			m.surveyResponses, m.surveyAnswers, m.newest)
 	}

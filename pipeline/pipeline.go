@@ -27,6 +27,12 @@ type Ref struct {
 	ResponseID survey.GUID
 	Source     string // "poll", "webhook", "reconcile": a metric label
 	Done       func(error)
+	// SkipUnchanged acknowledges the ref without writing when the detail is
+	// identical to the one this process last wrote for the response (the
+	// poller sets it on re-reads of overlaps and partial rescans).
+	SkipUnchanged bool
+
+	hash uint64 // content hash of the fetched detail, 0 when not computed
 }
 
 // Options tune the pipeline. Zero values take the defaults noted.
@@ -90,6 +96,7 @@ type Pipeline struct {
 	sink    Sink
 	m       *metrics
 
+	cache     *contentCache
 	in        chan Ref
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -106,6 +113,7 @@ func New(o Options, f Fetcher, s Sink) *Pipeline {
 		sink:    s,
 		m:       newMetrics(o.Registerer),
 		in:      make(chan Ref, o.FetchConcurrency),
+		cache:   newContentCache(200_000),
 		closed:  make(chan struct{}),
 	}
 }
@@ -153,9 +161,10 @@ type written struct {
 }
 
 type fetched struct {
-	item flatten.Item
-	ref  Ref
-	resp *survey.Response
+	item      flatten.Item
+	ref       Ref
+	resp      *survey.Response
+	unchanged bool // identical to what was last written: acknowledged without a write
 }
 
 type batch struct {
@@ -221,6 +230,11 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 		}
 		p.m.queue.WithLabelValues("fetch").Set(float64(len(p.in)))
 		f, err := p.fetch(ctx, r)
+		if err == nil && f.unchanged {
+			p.m.unchanged.Inc()
+			r.Done(nil)
+			continue
+		}
 		if err != nil {
 			p.m.fetchErrors.WithLabelValues(r.Source).Inc()
 			p.o.Logger.Warn("fetch response failed; it will be read again",
@@ -263,6 +277,12 @@ func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 	}
 	it.Response = resp
 	it.Deleted = resp.ResponseStatus == survey.StatusDeleted
+	if r.SkipUnchanged {
+		r.hash = contentHash(resp)
+		if p.cache.same(r.ResponseID, r.hash) {
+			return fetched{ref: r, unchanged: true}, nil
+		}
+	}
 	return fetched{item: it, ref: r, resp: resp}, nil
 }
 
@@ -376,6 +396,9 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 		bt.b.Release()
 		p.m.writtenItems(bt.meta)
 		for _, r := range bt.refs {
+			if r.hash != 0 {
+				p.cache.put(r.ResponseID, r.hash)
+			}
 			p.m.written.WithLabelValues(r.Source).Inc()
 			r.Done(nil)
 		}

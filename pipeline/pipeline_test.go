@@ -192,3 +192,27 @@ func TestBackpressureAndHardStop(t *testing.T) {
 		t.Fatalf("%d refs taken, %d heard back", taken.Load(), heard.Load())
 	}
 }
+
+func TestSkipUnchangedWritesOnce(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	sink := &memSink{}
+	p := New(Options{Allocator: mem, MaxDelay: time.Millisecond}, &fakeFetcher{}, sink)
+	done := run(t, p, context.Background())
+	for round := range 3 {
+		acked := make(chan error, 1)
+		if err := p.Submit(context.Background(), Ref{SurveyID: 1, ResponseID: id(1), SkipUnchanged: true, Done: func(err error) { acked <- err }}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acked; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	p.CloseInput()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if sink.writes != 1 {
+		t.Fatalf("an unchanged response was written %d times, want once", sink.writes)
+	}
+}

@@ -236,16 +236,17 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		return err
 	}
 	poller := poll.New(poll.Options{
-		Surveys:           surveys,
-		Statuses:          cfg.Sync.Statuses,
-		PollInterval:      cfg.Sync.PollInterval,
-		Overlap:           cfg.Sync.Overlap,
-		SettleLag:         cfg.Sync.SettleLag,
-		PartialLookback:   cfg.Sync.PartialLookback,
-		ReconcileInterval: cfg.Sync.ReconcileInterval,
-		BackfillFrom:      cfg.Sync.BackfillFrom,
-		Logger:            log.With("component", "poll"),
-		Registerer:        reg,
+		Surveys:               surveys,
+		Statuses:              cfg.Sync.Statuses,
+		PollInterval:          cfg.Sync.PollInterval,
+		Overlap:               cfg.Sync.Overlap,
+		SettleLag:             cfg.Sync.SettleLag,
+		PartialLookback:       cfg.Sync.PartialLookback,
+		PartialRescanInterval: cfg.Sync.PartialRescan,
+		ReconcileInterval:     cfg.Sync.ReconcileInterval,
+		BackfillFrom:          cfg.Sync.BackfillFrom,
+		Logger:                log.With("component", "poll"),
+		Registerer:            reg,
 	}, client, pipe, st, inv)
 
 	h := &health{client: client, sink: st}

@@ -55,19 +55,24 @@ type Inventory interface {
 
 // Options tune the poller. Zero values take the defaults noted.
 type Options struct {
-	Surveys            []int64
-	Statuses           []string      // streams to poll (completed, disqualified, quotafull, partial)
-	PollInterval       time.Duration // 30 s
-	Overlap            time.Duration // 10 min
-	SettleLag          time.Duration // 5 s
-	PartialLookback    time.Duration // 72 h
-	ReconcileInterval  time.Duration // 6 h; negative disables
-	BackfillFrom       time.Time     // 2000-01-01
-	PerPage            int           // 1000
-	MaxWindowResponses int           // 20 000
-	Now                func() time.Time
-	Logger             *slog.Logger
-	Registerer         prometheus.Registerer
+	Surveys         []int64
+	Statuses        []string      // streams to poll (completed, disqualified, quotafull, partial)
+	PollInterval    time.Duration // 30 s
+	Overlap         time.Duration // 10 min
+	SettleLag       time.Duration // 5 s
+	PartialLookback time.Duration // 72 h
+	// PartialRescanInterval is how often the partial stream re-reads its
+	// whole lookback (partial responses change while they stay partial);
+	// other cycles read it like the other streams, from the watermark minus
+	// the overlap. 10 min.
+	PartialRescanInterval time.Duration
+	ReconcileInterval     time.Duration // 6 h; negative disables
+	BackfillFrom          time.Time     // 2000-01-01
+	PerPage               int           // 1000
+	MaxWindowResponses    int           // 20 000
+	Now                   func() time.Time
+	Logger                *slog.Logger
+	Registerer            prometheus.Registerer
 }
 
 func (o *Options) defaults() {
@@ -85,6 +90,9 @@ func (o *Options) defaults() {
 	}
 	if o.PartialLookback <= 0 {
 		o.PartialLookback = 72 * time.Hour
+	}
+	if o.PartialRescanInterval <= 0 {
+		o.PartialRescanInterval = 10 * time.Minute
 	}
 	if o.ReconcileInterval == 0 {
 		o.ReconcileInterval = 6 * time.Hour
@@ -117,6 +125,7 @@ type Poller struct {
 
 	mu      sync.Mutex
 	state   map[streamKey]pipeline.StreamState
+	rescan  map[streamKey]time.Time // last full rescan of a partial stream
 	surveys map[int64]*surveyRun
 	add     chan int64
 	wakeAll chan struct{}
@@ -144,6 +153,7 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		o: o, lister: l, sub: s, states: states, inv: inv,
 		m:       newMetrics(o.Registerer),
 		state:   map[streamKey]pipeline.StreamState{},
+		rescan:  map[streamKey]time.Time{},
 		surveys: map[int64]*surveyRun{},
 		add:     make(chan int64, 64),
 		wakeAll: make(chan struct{}, 1),
@@ -351,6 +361,8 @@ type tracker struct {
 	mark    time.Time // highest contiguous acknowledged window end
 	done    chan struct{}
 	err     error
+
+	skipUnchanged bool // refs are re-reads: set pipeline.Ref.SkipUnchanged
 }
 
 func (t *tracker) open(from, to time.Time) *window {
@@ -430,7 +442,12 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 	if !st.Watermark.IsZero() {
 		back := p.o.Overlap
 		if stream == pipeline.StreamPartial {
-			back = p.o.PartialLookback
+			p.mu.Lock()
+			if now.Sub(p.rescan[key]) >= p.o.PartialRescanInterval {
+				back = p.o.PartialLookback
+				p.rescan[key] = now
+			}
+			p.mu.Unlock()
 		}
 		from = st.Watermark.Add(-back)
 		if from.Before(p.o.BackfillFrom) {
@@ -441,7 +458,9 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 		return nil
 	}
 	start := p.o.Now()
-	tr := &tracker{mark: st.Watermark, done: make(chan struct{}, 1)}
+	// After the backfill, most of what a cycle lists was written before:
+	// let the pipeline skip unchanged details.
+	tr := &tracker{mark: st.Watermark, done: make(chan struct{}, 1), skipUnchanged: !st.Watermark.IsZero()}
 	var synced int64
 	var syncedMu sync.Mutex
 	err := p.split(ctx, surveyID, stream, from, to, tr, func() { syncedMu.Lock(); synced++; syncedMu.Unlock() })
@@ -585,7 +604,7 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 	w.pending++
 	tr.mu.Unlock()
 	err := p.sub.Submit(ctx, pipeline.Ref{
-		SurveyID: surveyID, ResponseID: id, Source: source,
+		SurveyID: surveyID, ResponseID: id, Source: source, SkipUnchanged: tr.skipUnchanged,
 		Done: func(err error) {
 			if err == nil {
 				count()

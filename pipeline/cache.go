@@ -1,0 +1,50 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"sync"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+)
+
+// contentCache remembers a content hash of the detail last written for a
+// response, so re-reads of unchanged responses (overlaps, partial rescans)
+// cost an API call but no write. It is bounded: when full it starts over,
+// which costs at most one redundant write per response.
+type contentCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[survey.GUID]uint64
+}
+
+func newContentCache(max int) *contentCache {
+	return &contentCache{max: max, m: make(map[survey.GUID]uint64)}
+}
+
+func (c *contentCache) same(id survey.GUID, h uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.m[id]
+	return ok && old == h
+}
+
+func (c *contentCache) put(id survey.GUID, h uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[id] = h
+}
+
+// contentHash hashes a detail's JSON encoding; never 0.
+func contentHash(r *survey.Response) uint64 {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 1
+	}
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64() | 1
+}
