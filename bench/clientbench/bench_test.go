@@ -1,26 +1,34 @@
 package clientbench_test
 
 import (
+	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 )
 
-// BenchmarkEmulatorDetail/{raw,client}: the same comparison as
-// TestClientVsEmulator as Go benchmarks (16 goroutines), for profiling:
+// BenchmarkEmulatorDetail/{raw,client}/{16,256}: the same comparison as
+// TestClientVsEmulator as Go benchmarks, for profiling:
 //
 //	go test -run '^$' -bench EmulatorDetail -benchmem -cpuprofile cpu.prof ./bench/clientbench/
 func BenchmarkEmulatorDetail(b *testing.B) {
 	e := newEnv(b, 100000)
-	raw, closeRaw := rawGetter(e, 16)
-	defer closeRaw()
-	cli := clientGetter(b, e, 16)
+	for _, conc := range []int{16, 256} {
+		raw, closeRaw := rawGetter(e, conc)
+		defer closeRaw()
+		cli := clientGetter(b, e, conc)
+		benchPair(b, conc, raw, cli)
+	}
+}
+
+func benchPair(b *testing.B, conc int, raw, cli func(int) error) {
 	for _, bc := range []struct {
 		name string
 		do   func(int) error
 	}{{"raw", raw}, {"client", cli}} {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/%d", bc.name, conc), func(b *testing.B) {
 			b.ReportAllocs()
-			b.SetParallelism(8)
+			b.SetParallelism(conc / runtime.GOMAXPROCS(0))
 			var n atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

@@ -2,6 +2,7 @@ package surveyapi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -64,7 +65,7 @@ func (s *slab[T]) run(start int) []T {
 }
 
 func (r *jreader) ws() {
-	for r.i < len(r.b) {
+	for r.i < len(r.b) && r.b[r.i] <= ' ' {
 		switch r.b[r.i] {
 		case ' ', '\t', '\n', '\r':
 			r.i++
@@ -143,20 +144,27 @@ func (r *jreader) rawString() (s []byte, escaped, ok bool) {
 	}
 	r.i++
 	b := r.b
-	start, ascii := r.i, true
+	start := r.i
 	for i := r.i; i < len(b); {
+		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) && strClass[b[i]] == chPlain {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
 		switch strClass[b[i]] {
-		case chPlain:
-			i++
 		case chHigh:
-			ascii = false
-			i++
+			if _, size := utf8.DecodeRune(b[i:]); size > 1 {
+				i += size
+				continue
+			}
+			return nil, false, false // invalid UTF-8
 		case chQuote:
 			s = b[start:i]
 			r.i = i + 1
-			if !ascii && !utf8.Valid(s) {
-				return nil, false, false
-			}
 			return s, escaped, true
 		case chEscape:
 			escaped = true
@@ -185,6 +193,25 @@ func (r *jreader) rawString() (s []byte, escaped, ok bool) {
 		}
 	}
 	return nil, false, false
+}
+
+// plain8 reports whether none of 8 bytes is a quote, a backslash, a
+// control character or a byte >= 0x80 (SWAR: the classic has-zero-byte and
+// has-less-than tricks, exact when no byte has its high bit set).
+func plain8(x uint64) bool {
+	const (
+		lo = 0x0101010101010101
+		hi = 0x8080808080808080
+	)
+	if x&hi != 0 {
+		return false
+	}
+	quote := x ^ (lo * '"')
+	bslash := x ^ (lo * '\\')
+	t := (quote - lo) & ^quote
+	t |= (bslash - lo) & ^bslash
+	t |= (x - lo*0x20) & ^x
+	return t&hi == 0
 }
 
 func unhex(c byte) int {
@@ -487,8 +514,11 @@ func (r *jreader) elem(first *bool) (done, ok bool) {
 }
 
 // once reports whether k, if it is one of fields, is seen for the first
-// time in this object. encoding/json merges a repeated key into the value
-// decoded before (slices element-wise): rare enough to leave to it.
+// time in this object (envelope and meta: a repeated result would merge into
+// the first one). Inside the result a repeated key is fine — the last value
+// wins, as in encoding/json — except for a repeated non-empty array, which
+// encoding/json merges element-wise into the first: the callers give up
+// then.
 func once(seen *uint32, k []byte, fields []string) bool {
 	for i, f := range fields {
 		if string(k) == f {
@@ -733,7 +763,6 @@ func (r *jreader) response(out *survey.Response) bool {
 	if !r.consume('{') {
 		return false
 	}
-	var seen uint32
 	first := true
 	for {
 		k, done, ok := r.key(&first)
@@ -742,9 +771,6 @@ func (r *jreader) response(out *survey.Response) bool {
 		}
 		if done {
 			return true
-		}
-		if !once(&seen, k, responseFields) {
-			return false
 		}
 		switch string(k) {
 		case "response_id":
@@ -776,9 +802,9 @@ func (r *jreader) response(out *survey.Response) bool {
 		case "total_time":
 			ok = r.flexPtr(&out.TotalTime)
 		case "url_parameters":
-			ok = r.urlParameters(&out.URLParameters)
+			ok = len(out.URLParameters) == 0 && r.urlParameters(&out.URLParameters)
 		case "pages":
-			ok = r.pages(&out.Pages)
+			ok = len(out.Pages) == 0 && r.pages(&out.Pages)
 		default:
 			ok = r.unknown(k, responseFields...)
 		}
@@ -810,7 +836,6 @@ func (r *jreader) urlParameters(dst *[]survey.URLParameter) bool {
 		if !r.consume('{') {
 			return false
 		}
-		var seen uint32
 		f := true
 		for {
 			k, done, ok := r.key(&f)
@@ -819,9 +844,6 @@ func (r *jreader) urlParameters(dst *[]survey.URLParameter) bool {
 			}
 			if done {
 				break
-			}
-			if !once(&seen, k, urlParamFields) {
-				return false
 			}
 			switch string(k) {
 			case "name":
@@ -867,7 +889,6 @@ func (r *jreader) pages(dst *[]survey.Page) bool {
 		if !r.consume('{') {
 			return false
 		}
-		var seen uint32
 		f := true
 		for {
 			k, done, ok := r.key(&f)
@@ -877,14 +898,11 @@ func (r *jreader) pages(dst *[]survey.Page) bool {
 			if done {
 				break
 			}
-			if !once(&seen, k, pageFields) {
-				return false
-			}
 			switch string(k) {
 			case "id":
 				ok = r.intInto(&p.ID)
 			case "questions":
-				ok = r.questions(&p.Questions)
+				ok = len(p.Questions) == 0 && r.questions(&p.Questions)
 			default:
 				ok = r.unknown(k, pageFields...)
 			}
@@ -921,7 +939,6 @@ func (r *jreader) questions(dst *[]survey.Question) bool {
 		if !r.consume('{') {
 			return false
 		}
-		var seen uint32
 		f := true
 		for {
 			k, done, ok := r.key(&f)
@@ -930,9 +947,6 @@ func (r *jreader) questions(dst *[]survey.Question) bool {
 			}
 			if done {
 				break
-			}
-			if !once(&seen, k, questionFields) {
-				return false
 			}
 			switch string(k) {
 			case "id":
@@ -944,7 +958,7 @@ func (r *jreader) questions(dst *[]survey.Question) bool {
 			case "variable":
 				ok = r.strInto(&q.Variable)
 			case "answers":
-				ok = r.answers(&q.Answers)
+				ok = len(q.Answers) == 0 && r.answers(&q.Answers)
 			default:
 				ok = r.unknown(k, questionFields...)
 			}
@@ -982,7 +996,6 @@ func (r *jreader) answers(dst *[]survey.Answer) bool {
 		if !r.consume('{') {
 			return false
 		}
-		var seen uint32
 		f := true
 		for {
 			k, done, ok := r.key(&f)
@@ -991,9 +1004,6 @@ func (r *jreader) answers(dst *[]survey.Answer) bool {
 			}
 			if done {
 				break
-			}
-			if !once(&seen, k, answerFields) {
-				return false
 			}
 			switch string(k) {
 			case "row_id":
@@ -1052,7 +1062,6 @@ func (r *jreader) list(out *survey.ResponseList) bool {
 	if !r.consume('{') {
 		return false
 	}
-	var seen uint32
 	first := true
 	for {
 		k, done, ok := r.key(&first)
@@ -1062,9 +1071,6 @@ func (r *jreader) list(out *survey.ResponseList) bool {
 		if done {
 			return true
 		}
-		if !once(&seen, k, listFields) {
-			return false
-		}
 		switch string(k) {
 		case "per_page":
 			ok = r.intIntoInt(&out.PerPage)
@@ -1073,7 +1079,7 @@ func (r *jreader) list(out *survey.ResponseList) bool {
 		case "total":
 			ok = r.intIntoInt(&out.Total)
 		case "data":
-			ok = r.refs(&out.Data)
+			ok = len(out.Data) == 0 && r.refs(&out.Data)
 		default:
 			ok = r.unknown(k, listFields...)
 		}
@@ -1106,7 +1112,6 @@ func (r *jreader) refs(dst *[]survey.ResponseRef) bool {
 		if !r.consume('{') {
 			return false
 		}
-		var seen uint32
 		f := true
 		for {
 			k, done, ok := r.key(&f)
@@ -1115,9 +1120,6 @@ func (r *jreader) refs(dst *[]survey.ResponseRef) bool {
 			}
 			if done {
 				break
-			}
-			if !once(&seen, k, refFields) {
-				return false
 			}
 			switch string(k) {
 			case "response_id":

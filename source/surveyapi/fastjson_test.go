@@ -90,3 +90,34 @@ func checkFastList(t *testing.T, body []byte) {
 		t.Fatalf("fast list differs for %q:\n%s", body, cmp.Diff(env.Result, got))
 	}
 }
+
+func TestPlain8(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		want := strClass[c] == chPlain
+		for pos := 0; pos < 8; pos++ {
+			b := []byte("abcdefgh")
+			b[pos] = byte(c)
+			var x uint64
+			for i := 7; i >= 0; i-- {
+				x = x<<8 | uint64(b[i])
+			}
+			if got := plain8(x); got != want {
+				t.Fatalf("plain8 with byte %#x at %d = %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+	// Neighbours that defeat naive SWAR (borrows across bytes).
+	for _, s := range []string{"\x1f\x20\x21\x22\x23\x5b\x5c\x5d", "\x00\x01\x21\x21\x21\x21\x21\x21", "!!!!!!!\x22", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f"} {
+		var x uint64
+		for i := 7; i >= 0; i-- {
+			x = x<<8 | uint64(s[i])
+		}
+		want := true
+		for i := 0; i < 8; i++ {
+			want = want && strClass[s[i]] == chPlain
+		}
+		if plain8(x) != want {
+			t.Errorf("plain8(%q) = %v", s, !want)
+		}
+	}
+}
