@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	chsink "github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/source/surveyapi"
@@ -26,10 +27,21 @@ func crashChild() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	l, err := feed.NewFileLedger(os.Getenv("FEED_LEDGER"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+	var l feed.Ledger
+	if db := os.Getenv("FEED_CH_DB"); db != "" {
+		s, err := chsink.Open(context.Background(), chsink.Options{Addr: []string{os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")}, Database: db})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		l = chsink.NewFeedLedger(s)
+	} else {
+		fl, err := feed.NewFileLedger(os.Getenv("FEED_LEDGER"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		l = fl
 	}
 	o := csvFeed(os.Getenv("FEED_DIR"))
 	o.ChunkRows = 50
@@ -50,7 +62,12 @@ func crashChild() {
 // restarts on the same folder and ledger: no row is created twice, every
 // good row ends pushed or uncertain, and the uncertain ones are at most two
 // chunks (the intents recorded before the kill).
-func TestCrashMidFile(t *testing.T) {
+func TestCrashMidFile(t *testing.T) { crashTest(t, nil) }
+
+// TestCrashMidFileClickHouse is TestCrashMidFile with the ClickHouse ledger.
+func TestCrashMidFileClickHouse(t *testing.T) { crashTest(t, openCH(t)) }
+
+func crashTest(t *testing.T, ch *chsink.Sink) {
 	svc := feedtest.Start()
 	defer svc.Close()
 	svc.Delay = 2 * time.Millisecond
@@ -59,6 +76,9 @@ func TestCrashMidFile(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "FEED_CRASH_CHILD=1", "FEED_DIR="+dir, "FEED_LEDGER="+ledgerDir, "FEED_API="+svc.URL())
+	if ch != nil {
+		cmd.Env = append(cmd.Env, "FEED_CH_DB="+ch.Database())
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -83,6 +103,15 @@ func TestCrashMidFile(t *testing.T) {
 	// Restart on the same folder and ledger.
 	svc.Delay = 0
 	e := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, csvFeed(dir))
+	var ledger feed.Ledger = e.ledger
+	if ch != nil {
+		ledger = chsink.NewFeedLedger(ch)
+		r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{csvFeed(dir)}, API: e.api, Ledger: ledger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.runner = r
+	}
 	ctx := context.Background()
 	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
 		t.Fatal(err)
@@ -109,7 +138,7 @@ func TestCrashMidFile(t *testing.T) {
 	}
 	// Every good row is accounted for: pushed (once) or uncertain.
 	last := map[string]string{}
-	if err := e.ledger.LoadContacts(ctx, "crm", func(c feed.ContactEntry) error { last[c.Key] = c.State; return nil }); err != nil {
+	if err := ledger.LoadContacts(ctx, "crm", func(c feed.ContactEntry) error { last[c.Key] = c.State; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for id := range good {
