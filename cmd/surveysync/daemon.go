@@ -210,13 +210,19 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		}
 		defer closeCopier()
 	}
-	var onResponse func(context.Context, int64, survey.GUID, *survey.Response)
-	if copier != nil {
-		onResponse = func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
-			if r == nil {
+	book, err := newSurveyBook(intakeCtx, st, log.With("component", "surveys"))
+	if err != nil {
+		return err
+	}
+	onResponse := func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
+		if r == nil {
+			if copier != nil {
 				copier.MarkDeleted(surveyID, responseID)
-				return
 			}
+			return
+		}
+		book.seen(surveyID, r.SurveyName)
+		if copier != nil {
 			copier.HandleResponse(ctx, r)
 		}
 	}
@@ -231,10 +237,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		Registerer:       reg,
 	}, client, st)
 
-	surveys, err := knownSurveys(intakeCtx, cfg, st)
-	if err != nil {
-		return err
-	}
+	surveys := pollingSet(cfg, book)
 	poller := poll.New(poll.Options{
 		Surveys:               surveys,
 		Statuses:              cfg.Sync.Statuses,
@@ -279,7 +282,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			Logger:                 log.With("component", "webhooks"),
 			Registerer:             reg,
 			ProcessConcurrency:     cfg.Sync.FetchConcurrency,
-		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: st, now: time.Now}, evlog)
+		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, now: time.Now}, evlog)
 		if err != nil {
 			return fmt.Errorf("webhooks: %w", err)
 		}
@@ -315,6 +318,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	if copier != nil {
 		work.Go(func() error { return copier.Run(copierCtx) })
 	}
+	work.Go(func() error { return book.run(copierCtx, 10*time.Second) })
 
 	// Intake: the sources stop on SIGTERM (or on a fatal error of theirs).
 	intake, intakeGCtx := errgroup.WithContext(intakeCtx)
@@ -370,28 +374,18 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	return nil
 }
 
-// knownSurveys is the polling set: the configured surveys and those learned
-// from webhooks earlier and not ended.
-func knownSurveys(ctx context.Context, cfg *config.Config, st pipeline.SurveyStore) ([]int64, error) {
+// pollingSet is the configured surveys plus those learned earlier (from
+// webhooks or synced responses) that have not ended.
+func pollingSet(cfg *config.Config, book *surveyBook) []int64 {
 	seen := map[int64]bool{}
 	var out []int64
-	for _, id := range cfg.Surveys {
+	for _, id := range append(append([]int64(nil), cfg.Surveys...), book.active()...) {
 		if !seen[id] {
 			seen[id] = true
 			out = append(out, id)
 		}
 	}
-	known, err := st.LoadSurveys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load known surveys: %w", err)
-	}
-	for _, s := range known {
-		if !seen[s.SurveyID] && s.EndedAt == nil {
-			seen[s.SurveyID] = true
-			out = append(out, s.SurveyID)
-		}
-	}
-	return out, nil
+	return out
 }
 
 func printWhereToLook(w io.Writer, cfg *config.Config) {

@@ -18,7 +18,7 @@ import (
 type webhookProcessor struct {
 	pipe    *pipeline.Pipeline
 	poller  *poll.Poller
-	surveys pipeline.SurveyStore
+	surveys *surveyBook
 	now     func() time.Time
 }
 
@@ -52,7 +52,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		if e.LaunchedAt != nil {
 			at = e.LaunchedAt.Time
 		}
-		if err := w.saveSurvey(ctx, e.SurveyID, func(s *pipeline.SurveyInfo) { s.LaunchedAt = &at; s.EndedAt = nil }); err != nil {
+		if err := w.surveys.update(ctx, e.SurveyID, func(s *pipeline.SurveyInfo) { s.LaunchedAt = &at; s.EndedAt = nil }); err != nil {
 			return err
 		}
 		w.poller.AddSurvey(e.SurveyID)
@@ -63,31 +63,10 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		} else if e.CompletedAt != nil {
 			at = e.CompletedAt.Time
 		}
-		if err := w.saveSurvey(ctx, e.SurveyID, func(s *pipeline.SurveyInfo) { s.EndedAt = &at }); err != nil {
+		if err := w.surveys.update(ctx, e.SurveyID, func(s *pipeline.SurveyInfo) { s.EndedAt = &at }); err != nil {
 			return err
 		}
 		w.poller.EndSurvey(e.SurveyID)
-	}
-	return nil
-}
-
-func (w *webhookProcessor) saveSurvey(ctx context.Context, id int64, change func(*pipeline.SurveyInfo)) error {
-	known, err := w.surveys.LoadSurveys(ctx)
-	if err != nil {
-		return fmt.Errorf("load survey %d: %w", id, err)
-	}
-	now := w.now()
-	info := pipeline.SurveyInfo{SurveyID: id, FirstSeen: now}
-	for _, s := range known {
-		if s.SurveyID == id {
-			info = s
-			break
-		}
-	}
-	info.LastSeen = now
-	change(&info)
-	if err := w.surveys.SaveSurveys(ctx, []pipeline.SurveyInfo{info}); err != nil {
-		return fmt.Errorf("save survey %d: %w", id, err)
 	}
 	return nil
 }
