@@ -646,3 +646,67 @@ func TestRunFailsOnBusyListener(t *testing.T) {
 		t.Fatalf("Run on a busy port: %v", err)
 	}
 }
+
+// TestFinalServerErrorIsRecorded: a row the service keeps answering 503 (and
+// one it keeps answering 429) fails after the client's retries; the failure
+// is in the report and the ledger, and the row is pushed when dropped again.
+func TestFinalServerErrorIsRecorded(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.FaultForContact = func(c survey.Contact) feedtest.Fault {
+		switch c.UserField1 {
+		case "C000007":
+			return feedtest.Unavailable
+		case "C000008":
+			return feedtest.TooMany
+		}
+		return feedtest.None
+	}
+	dir, ledgerDir := t.TempDir(), t.TempDir()
+	e := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, csvFeed(dir))
+	genCSV(t, filepath.Join(dir, "a.csv"), 10, false)
+	ctx := context.Background()
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	r := report(t, dir, "done")[0]
+	if r.Summary.Pushed != 8 || r.Summary.Failed != 2 {
+		t.Fatalf("summary %+v", r.Summary)
+	}
+	for _, p := range r.Problems {
+		if p.Outcome != feed.OutcomeFailed || !(strings.Contains(p.Reason, "503") || strings.Contains(p.Reason, "429")) {
+			t.Errorf("problem %+v", p)
+		}
+	}
+	failed := 0
+	e.ledger.LoadContacts(ctx, "crm", func(c feed.ContactEntry) error {
+		if c.State == feed.StateFailed {
+			failed++
+		}
+		return nil
+	})
+	if failed != 2 {
+		t.Fatalf("%d failed records in the ledger", failed)
+	}
+	svc.FaultForContact = nil
+	genCSV(t, filepath.Join(dir, "b.csv"), 10, false)
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	if r := report(t, dir, "done")[1]; r.Summary.Pushed != 2 || r.Summary.Skipped != 8 {
+		t.Fatalf("second summary %+v", r.Summary)
+	}
+	got := pushedIDs(t, svc)
+	if len(got) != 10 || got["C000007"] != 1 || got["C000008"] != 1 {
+		t.Fatalf("created %v", got)
+	}
+	if v := metric(t, e.reg, "surveysync_feed_sends_total", "crm"); v != 2 {
+		t.Fatalf("sends_total %v", v)
+	}
+	if v := metric(t, e.reg, "surveysync_feed_send_contacts", "crm", "pending"); v != 10 {
+		t.Fatalf("send_contacts{pending} %v", v)
+	}
+	if v := metric(t, e.reg, "surveysync_feed_rows_total", "crm", "failed"); v != 2 {
+		t.Fatalf("rows_total{failed} %v", v)
+	}
+}

@@ -47,6 +47,9 @@ type Service struct {
 	// Reject, when set, makes create-contact answer 400 with the returned
 	// message when it is non-empty.
 	Reject func(c survey.Contact) string
+	// FaultForContact, when set, decides a fault from a create-contact
+	// body (checked after FaultFor); only TooMany and Unavailable apply.
+	FaultForContact func(c survey.Contact) Fault
 	// Delay is added to every accepted call.
 	Delay time.Duration
 
@@ -147,6 +150,17 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 		if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
 			writeJSON(w, 400, errBody(400, "Bad JSON: "+err.Error()))
 			return
+		}
+		if s.FaultForContact != nil {
+			switch s.FaultForContact(c) {
+			case TooMany:
+				w.Header().Set("Retry-After", "0")
+				writeJSON(w, 429, errBody(429, "Too many requests"))
+				return
+			case Unavailable:
+				writeJSON(w, 503, errBody(503, "Service unavailable"))
+				return
+			}
 		}
 		if s.Reject != nil {
 			if msg := s.Reject(c); msg != "" {
