@@ -569,3 +569,7 @@ func vmHWMKB(pid int) int64 {
 	}
 	return 0
 }
+
+func simOptions(surveys, responses int) sim.Options {
+	return sim.Options{Surveys: specs(surveys, responses, 3)}
+}

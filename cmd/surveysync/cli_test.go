@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runCLI(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	if code, out, _ := cli(t, "version"); code != 0 || !strings.HasPrefix(out, "surveysync ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+	if code, _, errOut := cli(t, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Fatalf("unknown command: %d %q", code, errOut)
+	}
+	if code, _, _ := cli(t); code != exitUsage {
+		t.Fatalf("no command: %d", code)
+	}
+}
+
+func TestConfigPrintMasksSecrets(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	yaml := "api:\n  token: tok-very-secret-123\n  user_agent: \"acme (ops@acme.example)\"\nclickhouse:\n  addr: [127.0.0.1:9000]\n  password: pw-very-secret-456\nsurveys: [1]\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "config", "print", "--config", path)
+	if code != 0 {
+		t.Fatalf("config print: %d %s", code, errOut)
+	}
+	if strings.Contains(out, "tok-very-secret-123") || strings.Contains(out, "pw-very-secret-456") {
+		t.Fatalf("config print shows a secret:\n%s", out)
+	}
+	if !strings.Contains(out, "127.0.0.1:9000") {
+		t.Fatalf("config print lacks the configuration:\n%s", out)
+	}
+}
+
+func TestBadConfigNamesKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("api:\n  base_url: https://example.invalid/v2\n  token: x\n  user_agent: \"a (b@c.d)\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := cli(t, "run", "--config", path)
+	if code != exitConfig || !strings.Contains(errOut, "api.base_url must end in /v1") {
+		t.Fatalf("run with a bad base_url: %d %q", code, errOut)
+	}
+}
+
+func TestDoctorAgainstEmulator(t *testing.T) {
+	e := newEmulator(t, simOptions(1, 10))
+	path := writeConfig(t, e, nil, "")
+	code, out, errOut := cli(t, "doctor", "--config", path)
+	if code != 0 {
+		t.Fatalf("doctor: %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "ok    api token") || !strings.Contains(out, "all checks passed") {
+		t.Fatalf("doctor output:\n%s", out)
+	}
+	// A wrong token fails with what to fix, and the token is not printed.
+	bad := strings.Replace(readFile(t, path), tokenOf(e), "wrong-token-789", 1)
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = cli(t, "doctor", "--config", path)
+	if code == 0 || !strings.Contains(out, "FAIL  api token") || !strings.Contains(out, "fix:") || strings.Contains(out, "wrong-token-789") {
+		t.Fatalf("doctor with a wrong token: %d\n%s", code, out)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
