@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -572,4 +573,64 @@ func vmHWMKB(pid int) int64 {
 
 func simOptions(surveys, responses int) sim.Options {
 	return sim.Options{Surveys: specs(surveys, responses, 3)}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// A response completed at the service reaches responses_current through the
+// webhook alone (polling is hours away) within seconds.
+func TestWebhookMakesResponseQueryableFast(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	port := freePort(t)
+	path := "/hooks/e2e-" + randHex(12)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 50, 51),
+		WebhookURL: fmt.Sprintf("http://127.0.0.1:%d%s", port, path), WebhookSchedule: []time.Duration{0, 200 * time.Millisecond, time.Second}})
+	spool := t.TempDir()
+	cfg := writeConfig(t, e, w, fmt.Sprintf("sync:\n  poll_interval: 1h\n  reconcile_interval: 0s\n  partial_lookback: 2h\n  batch:\n    max_delay: 100ms\nwebhooks:\n  enabled: true\n  listen: 127.0.0.1:%d\n  path: %s\n  spool_dir: %s\n", port, path, spool))
+	d := startDaemon(t, cfg)
+	waitConverged(t, e, w, 60*time.Second) // the backfill
+	var lat []time.Duration
+	for range 5 {
+		now := time.Now().UTC().Add(-2 * time.Minute)
+		r, err := e.sim.AddResponse(e.ids[0], survey.Response{ResponseStatus: survey.StatusCompleted,
+			DateCreated: survey.Time{Time: now.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(now)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for {
+			var n uint64
+			q := fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE response_id = toUUID('%s')", w.db, r.ResponseID)
+			if err := w.conn.QueryRow(context.Background(), q).Scan(&n); err == nil && n == 1 {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("response %s not queryable 10 s after its webhook; output:\n%s", r.ResponseID, tail(d.output(), 30))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	t.Logf("webhook → queryable row: %v", lat)
+	// The raw log is written in batches after processing.
+	var n uint64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := w.conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count() FROM %s.webhook_events", w.db)).Scan(&n)
+		if err == nil && n >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook_events has %d rows (%v), want the 5 events", n, err)
+		}
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, 60*time.Second)
 }
