@@ -68,7 +68,7 @@ type Options struct {
 	Registerer prometheus.Registerer
 
 	// ProcessConcurrency is how many events are processed at once (started
-	// in spool order). Default 64: a Process call that waits for its
+	// in spool order). Default 256: a Process call that waits for its
 	// pipeline batch to be flushed (up to the batch delay) holds a worker
 	// that long, so throughput is about ProcessConcurrency / batch delay;
 	// concurrent calls share one batch. With 1, events are processed
@@ -166,7 +166,7 @@ func (o Options) resolve() (*settings, error) {
 	def(&s.SpoolMaxBytes, 256<<20)
 	def(&s.SegmentBytes, 4<<20)
 	defInt(&s.DedupeIDs, 100_000)
-	defInt(&s.ProcessConcurrency, 64)
+	defInt(&s.ProcessConcurrency, 256)
 	defInt(&s.LogBatch, 1000)
 	defDur(&s.SignatureTolerance, 5*time.Minute)
 	defDur(&s.RetryAfter, time.Minute)

@@ -413,7 +413,11 @@ func (r *Receiver) process(ctx context.Context, stop <-chan struct{}, ev Event) 
 		}
 		r.m.event(kind, evRetried)
 		wait := jitter(delay)
-		r.s.logger.Warn("webhook event processing failed; will retry",
+		level := slog.LevelDebug // many workers retrying through an outage: warn on the 1st, 11th, 21st… attempt
+		if attempt%10 == 1 {
+			level = slog.LevelWarn
+		}
+		r.s.logger.Log(ctx, level, "webhook event processing failed; will retry",
 			"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID,
 			"attempt", attempt, "retry_in", wait.Round(time.Millisecond), "error", err)
 		t := time.NewTimer(wait)
