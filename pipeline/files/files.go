@@ -152,3 +152,12 @@ type Index interface {
 	// FilesOf returns the latest version of every file of a response.
 	FilesOf(ctx context.Context, surveyID int64, responseID survey.GUID) ([]Record, error)
 }
+
+// Discoverer is implemented by indexes that can find files named in stored
+// answers but unknown to the index (sink/clickhouse's FileIndex reads
+// answers_current): the files a crash lost between a response's rows being
+// written and the copier recording them. The copier calls it at start and
+// then periodically.
+type Discoverer interface {
+	Undiscovered(ctx context.Context, typeMatch []string, limit int) ([]FileRef, error)
+}

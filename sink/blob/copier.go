@@ -111,6 +111,11 @@ type Options struct {
 	// IndexInterval is how often files the index lists as not stored are
 	// reloaded into the queue (1 min; at start too).
 	IndexInterval time.Duration
+	// DiscoverInterval is how often an index that is a files.Discoverer
+	// (ClickHouse) is asked for files named in stored answers but never
+	// queued — what a crash can lose (1 h; at start too). It scans
+	// answers_current, so keep it long on big warehouses.
+	DiscoverInterval time.Duration
 	// FlushInterval is the longest an index row waits before it is written
 	// (1 s); FlushRows flushes earlier (1000).
 	FlushInterval time.Duration
@@ -168,6 +173,9 @@ func (o *Options) defaults() {
 	}
 	if o.IndexInterval <= 0 {
 		o.IndexInterval = time.Minute
+	}
+	if o.DiscoverInterval <= 0 {
+		o.DiscoverInterval = time.Hour
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = time.Second
@@ -487,9 +495,14 @@ func (c *Copier) Run(ctx context.Context) error {
 func (c *Copier) loop(ctx context.Context) {
 	tick := time.NewTicker(min(c.o.RetryInitial/2, c.o.FlushInterval, 500*time.Millisecond))
 	defer tick.Stop()
-	lastFlush, lastReload := c.o.Now(), time.Time{}
+	lastFlush, lastReload, lastDiscover := c.o.Now(), time.Time{}, time.Time{}
+	disc, _ := c.idx.(files.Discoverer)
 	for {
 		now := c.o.Now()
+		if disc != nil && now.Sub(lastDiscover) >= c.o.DiscoverInterval {
+			lastDiscover = now
+			c.discover(ctx, disc)
+		}
 		if c.idx != nil && now.Sub(lastReload) >= c.o.IndexInterval {
 			lastReload = now
 			c.reload(ctx)
@@ -508,6 +521,23 @@ func (c *Copier) loop(ctx context.Context) {
 		case <-tick.C:
 		case <-c.flushC:
 		}
+	}
+}
+
+// discover queues files named in stored answers that the index has never
+// seen.
+func (c *Copier) discover(ctx context.Context, disc files.Discoverer) {
+	refs, err := disc.Undiscovered(ctx, c.o.TypeMatch, c.o.QueueSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.m.failures.WithLabelValues(ReasonIndex).Inc()
+			c.o.Logger.Warn("cannot look for undiscovered files in the index; will try again", "err", err)
+		}
+		return
+	}
+	if len(refs) > 0 {
+		c.o.Logger.Info("found files named in stored answers but never copied", "files", len(refs))
+		c.Enqueue(refs...)
 	}
 }
 

@@ -493,3 +493,39 @@ func TestS3OutageLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// discoveringIndex is a JSONL index that also reports files "named in
+// stored answers" (the ClickHouse index's files.Discoverer).
+type discoveringIndex struct {
+	*JSONLIndex
+	refs []files.FileRef
+}
+
+func (d *discoveringIndex) Undiscovered(ctx context.Context, typeMatch []string, limit int) ([]files.FileRef, error) {
+	var out []files.FileRef
+	for _, r := range d.refs {
+		if _, ok := d.Get(r); !ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func TestDiscoveredFilesAreCopied(t *testing.T) {
+	st, _ := fileStore(t)
+	fs := newFileServer(t)
+	jx, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	defer jx.Close()
+	resp := responseWithFiles(fs, 8, guid(0xd15c0000, 1), 5, 700)
+	ix := &discoveringIndex{JSONLIndex: jx, refs: files.FindFiles(resp, nil)}
+	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
+	runCopier(t, c)
+	waitFor(t, 10*time.Second, "discovered files stored", func() bool {
+		for _, r := range ix.refs {
+			if rec, ok := jx.Get(r); !ok || !rec.Stored() {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/files"
@@ -107,4 +108,68 @@ func (x *FileIndex) query(ctx context.Context, what, q string, args ...any) ([]f
 		return nil, fmt.Errorf("clickhouse: %s: %w", what, err)
 	}
 	return out, nil
+}
+
+// Undiscovered returns files named by upload answers in answers_current
+// (question_type containing one of typeMatch, case-insensitive, as
+// files.IsUploadType) whose question has no row at all in uploaded_files:
+// files a crash lost between the answers being written and the copier
+// recording them. At most limit answer rows are read per call.
+func (x *FileIndex) Undiscovered(ctx context.Context, typeMatch []string, limit int) ([]files.FileRef, error) {
+	if len(typeMatch) == 0 {
+		typeMatch = files.DefaultTypeMatch
+	}
+	if limit <= 0 {
+		limit = 10_000
+	}
+	var conds []string
+	for _, m := range typeMatch {
+		m = strings.ToLower(strings.TrimSpace(m))
+		if m == "" {
+			continue
+		}
+		conds = append(conds, "lower(question_type) LIKE "+quoteString("%"+likeEscaper.Replace(m)+"%"))
+	}
+	if len(conds) == 0 {
+		return nil, nil
+	}
+	q := fmt.Sprintf("SELECT survey_id, toString(response_id), question_id, text FROM %s"+
+		" WHERE (%s) AND text != ''"+
+		" AND (response_id, question_id) NOT IN (SELECT response_id, question_id FROM %s)"+
+		" LIMIT %d",
+		x.s.table("answers_current"), strings.Join(conds, " OR "), x.s.table("uploaded_files"), limit)
+	rows, err := x.s.Conn().Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: find undiscovered uploaded files: %w", err)
+	}
+	defer rows.Close()
+	var out []files.FileRef
+	seen := map[survey.GUID]bool{}
+	for rows.Next() {
+		var (
+			sid, qid int64
+			rid      string
+			text     string
+		)
+		if err := rows.Scan(&sid, &rid, &qid, &text); err != nil {
+			return nil, fmt.Errorf("clickhouse: find undiscovered uploaded files: %w", err)
+		}
+		for _, id := range files.GUIDsInText(text) {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, files.FileRef{SurveyID: sid, ResponseID: survey.GUID(rid), QuestionID: qid, FileID: id})
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse: find undiscovered uploaded files: %w", err)
+	}
+	return out, nil
+}
+
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// quoteString renders s as a ClickHouse string literal.
+func quoteString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
