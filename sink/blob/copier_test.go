@@ -529,3 +529,15 @@ func TestDiscoveredFilesAreCopied(t *testing.T) {
 		return true
 	})
 }
+
+func TestMetricsLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newMetrics(reg)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
