@@ -98,7 +98,7 @@ type feed struct {
 	log     *slog.Logger
 	now     func() time.Time
 	grace   time.Duration
-	classes func(error) (state, msg string)
+	classes func(error) (state, msg string, systemic bool)
 	calls   chan struct{} // create-contact calls in flight, Concurrency slots
 
 	loadMu    sync.Mutex
@@ -309,18 +309,20 @@ func (b *batchRun) read(ctx, work context.Context, next rowIter) error {
 		f.mu.Unlock()
 	}
 	dispatch := func() error {
-		b.mu.Lock()
-		err := b.err
-		b.mu.Unlock()
-		if err != nil {
-			release()
-			return err
-		}
 		select {
 		case b.slots <- struct{}{}:
 		case <-work.Done():
 			release()
 			return work.Err()
+		}
+		// A chunk that finished meanwhile may have stopped the batch.
+		b.mu.Lock()
+		err := b.err
+		b.mu.Unlock()
+		if err != nil {
+			<-b.slots
+			release()
+			return err
 		}
 		entries, err := b.begin(work, chunk)
 		if err != nil {
@@ -455,6 +457,7 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 	f := b.f
 
 	var wg sync.WaitGroup
+	systemic := make([]bool, len(chunk))
 	for i := range chunk {
 		f.calls <- struct{}{}
 		wg.Add(1)
@@ -469,11 +472,20 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 			case err == nil:
 				e.State, e.Error = StateUncertain, "the service answered without a contact"
 			default:
-				e.State, e.Error = f.classes(err)
+				e.State, e.Error, systemic[i] = f.classes(err)
 			}
 		}()
 	}
 	wg.Wait()
+	pushed, outage := 0, 0
+	for i := range entries {
+		if entries[i].State == StatePushed {
+			pushed++
+		}
+		if systemic[i] {
+			outage++
+		}
+	}
 
 	now := f.now().UTC()
 	f.mu.Lock()
@@ -507,7 +519,23 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 		}
 		b.result(r)
 	}
-	return settleErr
+	if settleErr != nil {
+		return settleErr
+	}
+	if pushed == 0 && outage > 0 {
+		return fmt.Errorf("feed %s: no row of a chunk could be pushed (%d failed on the service or the connection, e.g. %s): batch stopped, retried later",
+			f.opts.Name, outage, firstSystemic(entries, systemic))
+	}
+	return nil
+}
+
+func firstSystemic(entries []ContactEntry, systemic []bool) string {
+	for i, s := range systemic {
+		if s {
+			return entries[i].Error
+		}
+	}
+	return ""
 }
 
 // settle records the chunk's outcomes, retrying a few times: a lost
@@ -587,7 +615,7 @@ func (b *batchRun) send(ctx context.Context) error {
 	case err == nil:
 		e.State = SendSent
 	default:
-		state, msg := f.classes(err)
+		state, msg, _ := f.classes(err)
 		e.State, e.Error = SendFailed, msg
 		if state == StateUncertain {
 			e.State = SendUncertain

@@ -21,6 +21,23 @@ import (
 //     before sending, or a context that ended before the call: failed;
 //   - anything else: uncertain.
 func classify(err error) (state, msg string) {
+	state, msg, _ = classifyCall(err)
+	return state, msg
+}
+
+// classifyCall is classify, and also reports whether the failure is about
+// the service or the connection rather than the row (401, 402, a final 429
+// or 5xx, a network error): a chunk in which every row failed that way
+// stops its batch, which is then retried as a whole later (a csv_dir file
+// stays in processing/) instead of failing every row of it.
+func classifyCall(err error) (state, msg string, systemic bool) {
+	state, msg = classifyState(err)
+	systemic = state == StateFailed && (errors.Is(err, surveyapi.ErrUnauthorized) || errors.Is(err, surveyapi.ErrQuotaExceeded) ||
+		errors.Is(err, surveyapi.ErrRateLimited) || errors.Is(err, surveyapi.ErrServer) || errors.Is(err, surveyapi.ErrNetwork))
+	return state, msg, systemic
+}
+
+func classifyState(err error) (state, msg string) {
 	msg = err.Error()
 	var ae *surveyapi.APIError
 	switch {

@@ -76,7 +76,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		}
 		r.feeds[fo.Name] = &feed{
 			opts: fo, mapper: newMapper(&fo), api: o.API, ledger: o.Ledger, m: m,
-			log: o.Logger, now: o.Now, grace: o.ShutdownGrace, classes: classify,
+			log: o.Logger, now: o.Now, grace: o.ShutdownGrace, classes: classifyCall,
 			calls: make(chan struct{}, fo.Concurrency),
 		}
 		r.order = append(r.order, fo.Name)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -708,5 +709,45 @@ func TestFinalServerErrorIsRecorded(t *testing.T) {
 	}
 	if v := metric(t, e.reg, "surveysync_feed_rows_total", "crm", "failed"); v != 2 {
 		t.Fatalf("rows_total{failed} %v", v)
+	}
+}
+
+// TestOutageStopsTheFile: when the service fails every call (a 503 outage
+// outlasting the client's retries), the file is not failed row by row: it
+// stays in processing/ and is pushed completely once the service is back.
+func TestOutageStopsTheFile(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	var down atomic.Bool
+	down.Store(true)
+	svc.FaultFor = func(int64) feedtest.Fault {
+		if down.Load() {
+			return feedtest.Unavailable
+		}
+		return feedtest.None
+	}
+	dir := t.TempDir()
+	o := csvFeed(dir)
+	o.ChunkRows = 20
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, o)
+	good, _ := genCSV(t, filepath.Join(dir, "a.csv"), 300, false)
+	ctx := context.Background()
+	err := e.runner.RunOnce(ctx, "crm")
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("RunOnce during the outage: %v", err)
+	}
+	if n, _ := filepath.Glob(filepath.Join(dir, "processing", "*a.csv")); len(n) != 1 {
+		t.Fatalf("the file should stay in processing/: %v", n)
+	}
+	if calls := svc.Calls(); calls > 2*20*61 {
+		t.Fatalf("%d calls: the outage was not noticed after two chunks", calls)
+	}
+	down.Store(false)
+	if err := e.runner.RunOnce(ctx, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	if r := report(t, dir, "done"); len(r) != 1 || r[0].Summary.Pushed != int64(len(good)) || r[0].Summary.Failed != 0 {
+		t.Fatalf("report %+v", r)
 	}
 }
