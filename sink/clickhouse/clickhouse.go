@@ -183,14 +183,10 @@ func (s *Sink) Database() string { return s.opts.Database }
 // Cluster is the cluster name, or "" on a single server.
 func (s *Sink) Cluster() string { return s.opts.Cluster }
 
-// ServerVersion is the server's version, e.g. "18.16.1".
+// ServerVersion is the server's version, e.g. "18.16.1", detected at Open
+// and logged. Nothing depends on it yet: the schema and the writer use only
+// what 18.16 has (see the package documentation).
 func (s *Sink) ServerVersion() string { return s.version.Version.String() }
-
-// serverAtLeast reports whether the server is at least major.minor.
-func (s *Sink) serverAtLeast(major, minor uint64) bool {
-	v := s.version.Version
-	return v.Major > major || (v.Major == major && v.Minor >= minor)
-}
 
 // Ping checks that the server answers.
 func (s *Sink) Ping(ctx context.Context) error {
