@@ -148,7 +148,8 @@ func TestWebhookToRowLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl = pipeline.New(pipeline.Options{MaxDelay: 200 * time.Millisecond}, client, sink)
+	plReg := prometheus.NewRegistry()
+	pl = pipeline.New(pipeline.Options{MaxDelay: 200 * time.Millisecond, Registerer: plReg}, client, sink)
 	whpl = pl
 	separate := os.Getenv("E2E_SEPARATE") != "" && os.Getenv("E2E_SEPARATE") != "0"
 	if separate {
@@ -286,6 +287,14 @@ func TestWebhookToRowLatency(t *testing.T) {
 			return "-"
 		}
 		return fmt.Sprintf("p50 %s p99 %s", d[len(d)/2].Round(time.Millisecond), d[len(d)*99/100].Round(time.Millisecond))
+	}
+	if mfs, err := plReg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if strings.HasSuffix(mf.GetName(), "_seconds") && mf.GetMetric()[0].GetHistogram() != nil {
+				h := mf.GetMetric()[0].GetHistogram()
+				t.Logf("backfill pipeline %s: %d, mean %.3fs", mf.GetName(), h.GetSampleCount(), h.GetSampleSum()/float64(max(h.GetSampleCount(), 1)))
+			}
+		}
 	}
 	procMu.Lock()
 	t.Logf("parts: Process (submit→durable) %s; receive→Process %s; watcher query %s", pct(procDur), pct(recvLag), pct(queryDur))
