@@ -164,4 +164,60 @@ func TestSurveyResultsOnClickHouse(t *testing.T) {
 		}
 	}
 	t.Logf("ran %d panel queries (the question ones for %d questions) on database %s", len(queries), len(questions), db)
+
+	t.Run("docs/schema.md", func(t *testing.T) { checkSchemaDoc(t, ctx, conn, db) })
+}
+
+// checkSchemaDoc checks that docs/schema.md documents every column of every
+// table and view the migrations created: a table or view with its own
+// section ("## name") lists each column there as `column`; a table without
+// one has a row in "The tables underneath" and its columns are in that row
+// or in the section of its name_current view.
+func checkSchemaDoc(t *testing.T, ctx context.Context, conn driver.Conn, db string) {
+	raw, err := os.ReadFile("../docs/schema.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]string{}
+	var cur string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			cur = strings.TrimSpace(h)
+		} else if h, ok := strings.CutPrefix(line, "### "); ok {
+			cur = strings.TrimSpace(h)
+		}
+		sections[cur] += line + "\n"
+	}
+	rowOf := func(table string) string {
+		for _, l := range strings.Split(sections["The tables underneath"], "\n") {
+			if strings.HasPrefix(l, "| `"+table+"` |") {
+				return l
+			}
+		}
+		return ""
+	}
+	rows, err := queryRows(ctx, conn, "SELECT table, name FROM system.columns WHERE database = '"+db+"' ORDER BY table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]bool{}
+	for _, r := range rows {
+		table, col := r[0], r[1]
+		tables[table] = true
+		where := sections[table]
+		if where == "" {
+			where = rowOf(table) + sections[table+"_current"]
+			if rowOf(table) == "" {
+				t.Errorf("table %s: no section and no row in 'The tables underneath'", table)
+				continue
+			}
+		}
+		if !strings.Contains(where, "`"+col+"`") && !strings.Contains(where, "`"+col+" ") {
+			t.Errorf("column %s.%s is not documented in docs/schema.md", table, col)
+		}
+	}
+	if len(tables) < 10 {
+		t.Errorf("only %d tables and views in %s", len(tables), db)
+	}
+	t.Logf("%d columns of %d tables and views documented", len(rows), len(tables))
 }

@@ -178,6 +178,7 @@ type daemonSetup struct {
 	webhooks, feed     bool
 	files              bool
 	pollInterval       string
+	reconcile          string // sync.reconcile_interval with ClickHouse; "" = default
 }
 
 // writeDaemonConfig writes the daemon's YAML configuration under dir.
@@ -186,8 +187,11 @@ func writeDaemonConfig(t testing.TB, dir string, s daemonSetup) (cfgPath, webhoo
 	var b strings.Builder
 	fmt.Fprintf(&b, "demo:\n  emulator:\n    enabled: true\n    surveys: %d\n    responses_per_survey: %d\n", s.surveys, s.responses)
 	fmt.Fprintf(&b, "sync:\n  poll_interval: %s\n", s.pollInterval)
+	if s.reconcile != "" {
+		fmt.Fprintf(&b, "  reconcile_interval: %s\n", s.reconcile)
+	}
 	if s.clickhouseAddr != "" {
-		fmt.Fprintf(&b, "  reconcile_interval: 3s\nclickhouse:\n  addr: [%s]\n  database: %s\n", s.clickhouseAddr, s.clickhouseDB)
+		fmt.Fprintf(&b, "clickhouse:\n  addr: [%s]\n  database: %s\n", s.clickhouseAddr, s.clickhouseDB)
 	}
 	fmt.Fprintf(&b, "parquet:\n  dir: %s\n", filepath.Join(dir, "data"))
 	fmt.Fprintf(&b, "metrics:\n  listen: %q\n", s.metricsListen)
@@ -320,6 +324,7 @@ func TestLiveDaemon(t *testing.T) {
 	active := map[string]bool{"always": true, "webhooks": true, "feeds": true, "files": true}
 	if addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR"); addr != "" {
 		setup.clickhouseAddr, setup.clickhouseDB = addr, "test_dashboards_"+randHex(6)
+		setup.reconcile = "3s" // a reconcile pass within the test
 		active["clickhouse"] = true
 		t.Cleanup(func() { dropDatabase(t, addr, setup.clickhouseDB) })
 	} else {
