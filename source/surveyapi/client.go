@@ -231,6 +231,9 @@ type request struct {
 	post   bool   // not idempotent: once sent, a timeout or reset is ErrUncertain and never retried
 	stream bool   // file download: return the open body on success
 	noWait bool   // fail rather than wait out a 402 pause (Ping)
+	// ownBody: a success body is read into a fresh buffer that the decoder
+	// keeps (its strings share it), instead of a pooled one.
+	ownBody bool
 }
 
 // decodeFunc decodes a success body; it returns the request id it found
@@ -267,7 +270,9 @@ func (c *Client) do(ctx context.Context, rq *request, decode decodeFunc) (*http.
 
 		if res.err == nil && decode != nil {
 			reqID, derr := decode(res.status, res.requestID, res.body.Bytes(), res.contentType)
-			putBuf(res.body)
+			if !rq.ownBody {
+				putBuf(res.body)
+			}
 			res.body = nil
 			res.requestID = c.redact(reqID)
 			if derr != nil {
@@ -408,7 +413,12 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 		return res
 	}
 
-	buf := getBuf()
+	var buf *bodyBuf
+	if ok && rq.ownBody {
+		buf = &bodyBuf{}
+	} else {
+		buf = getBuf()
+	}
 	limit := maxJSONBody
 	if !ok {
 		limit = maxErrorBody

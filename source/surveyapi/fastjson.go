@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
@@ -298,17 +299,23 @@ func (r *jreader) substr(s []byte) string {
 
 // newReader sizes the slabs from the body's length (a detail carries about
 // 3 questions, 5 answers and 8 optional numbers per KB); they grow when
-// that is short.
-func newReader(body []byte) jreader {
+// that is short. src must hold the same bytes as body.
+func newReader(body []byte, src string) jreader {
 	n := len(body)
 	return jreader{
 		b:    body,
-		src:  string(body),
+		src:  src,
 		qs:   slab[survey.Question]{buf: make([]survey.Question, 0, n/300+4)},
 		as:   slab[survey.Answer]{buf: make([]survey.Answer, 0, n/150+4)},
 		ints: make([]survey.FlexInt, 0, n/100+8),
 		strs: make([]string, 0, n/120+8),
 	}
+}
+
+// owned returns body as a string without copying. The caller gives up
+// body: it must never be written again (the decoded strings share it).
+func owned(body []byte) string {
+	return unsafe.String(unsafe.SliceData(body), len(body))
 }
 
 // strInto reads a string into *dst; null leaves it as it is (encoding/json).
@@ -734,8 +741,18 @@ func (r *jreader) meta(camel, snake *string) bool {
 }
 
 // fastResponse decodes a detail envelope. ok=false: use encoding/json.
+// The decoded strings share one copy of body.
 func fastResponse(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	r := newReader(body)
+	return fastResponseFrom(newReader(body, string(body)))
+}
+
+// fastResponseOwned is fastResponse for a body the caller gives up (see
+// owned): no copy at all.
+func fastResponseOwned(body []byte) (resp *survey.Response, reqID string, ok bool) {
+	return fastResponseFrom(newReader(body, owned(body)))
+}
+
+func fastResponseFrom(r jreader) (resp *survey.Response, reqID string, ok bool) {
 	var out survey.Response
 	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.response(&out) })
 	if !ok {
@@ -1046,7 +1063,15 @@ func (r *jreader) answers(dst *[]survey.Answer) bool {
 
 // fastList decodes a list envelope. ok=false: use encoding/json.
 func fastList(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	r := newReader(body)
+	return fastListFrom(newReader(body, string(body)))
+}
+
+// fastListOwned is fastList for a body the caller gives up (see owned).
+func fastListOwned(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
+	return fastListFrom(newReader(body, owned(body)))
+}
+
+func fastListFrom(r jreader) (list *survey.ResponseList, reqID string, ok bool) {
 	var out survey.ResponseList
 	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.list(&out) })
 	if !ok {

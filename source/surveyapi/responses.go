@@ -25,9 +25,9 @@ func (c *Client) ListResponses(ctx context.Context, surveyID int64, q survey.Lis
 		u += "?" + qs
 	}
 	var out *survey.ResponseList
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, ownBody: true},
 		func(status int, reqID string, body []byte, ct string) (string, error) {
-			l, id, err := decodeFast(op, status, reqID, body, ct, fastList)
+			l, id, err := decodeFast(op, status, reqID, body, ct, fastListOwned)
 			if err != nil {
 				return id, err
 			}
@@ -92,9 +92,9 @@ func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID sur
 	}
 	u := c.base + "/surveys/" + strconv.FormatInt(surveyID, 10) + "/responses/" + string(rid)
 	var out *survey.Response
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, ownBody: true},
 		func(status int, reqID string, body []byte, ct string) (string, error) {
-			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponse)
+			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponseOwned)
 			if err != nil {
 				return id, err
 			}
