@@ -412,6 +412,11 @@ func TestChangesDuringSyncEndUpExact(t *testing.T) {
 			if err := e.sim.DeleteResponse(sid, r.ResponseID); err == nil {
 				deleted++
 			}
+		case i%89 == 0 && r.ResponseStatus != survey.StatusDeleted:
+			// Purged: the detail answers 404.
+			if err := e.sim.PurgeResponse(sid, r.ResponseID); err == nil {
+				deleted++
+			}
 		case r.ResponseStatus == survey.StatusPartial && completed < 10:
 			if _, err := e.sim.CompletePartial(sid, r.ResponseID, survey.StatusCompleted); err == nil {
 				completed++
