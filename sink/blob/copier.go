@@ -889,3 +889,14 @@ func (c *Copier) Idle() bool {
 	c.q.mu.Unlock()
 	return held == 0 && c.bufferedRows() == 0
 }
+
+// Drained reports whether nothing is queued or in flight and every index
+// row is written; files waiting for a retry do not count (their failure is
+// already in the index, and a later pass or run retries them). Use it to
+// decide that a one-shot sync is done; Idle waits for the retries too.
+func (c *Copier) Drained() bool {
+	c.q.mu.Lock()
+	busy := len(c.q.held) - len(c.q.delayed)
+	c.q.mu.Unlock()
+	return busy == 0 && c.bufferedRows() == 0
+}

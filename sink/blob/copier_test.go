@@ -351,6 +351,7 @@ func TestServerErrorsRetried(t *testing.T) {
 	fs.mu.Unlock()
 	stop := runCopier(t, c)
 	c.Enqueue(r)
+	waitFor(t, 5*time.Second, "a failure waiting for its retry", func() bool { return c.Drained() && !c.Idle() })
 	waitFor(t, 10*time.Second, "stored", func() bool { rec, ok := ix.Get(r); return ok && rec.Stored() })
 	stop()
 	if rec, _ := ix.Get(r); rec.Attempts != 3 {
