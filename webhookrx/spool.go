@@ -42,11 +42,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // segment is one WAL file.
 type segment struct {
-	name  string
-	first uint64
-	f     *os.File // open while the segment is the active one
-	size  int64
-	live  int // events in it not yet done
+	name    string
+	first   uint64
+	f       *os.File // open while the segment is the active one
+	size    int64
+	live    int // events in it not yet done
+	records int // events written in it (live and done)
 }
 
 // spooled is an accepted event not yet done.
@@ -105,6 +106,11 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 	names, err := segmentNames(dir)
 	if err != nil {
 		return fail(err)
+	}
+	if stale, _ := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix+".tmp")); len(stale) > 0 {
+		for _, f := range stale {
+			_ = os.Remove(f) // a compaction cut short; the original is still there
+		}
 	}
 	maxSeq := s.done.maxSeq
 	var evs []Event
@@ -166,6 +172,7 @@ func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
 			break
 		}
 		off += n
+		seg.records++
 		last = max(last, ev.Seq)
 		if s.done.has(ev.ID) || s.byID[ev.ID] != nil {
 			s.doneAtLoad[ev.Kind()]++
@@ -300,6 +307,7 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 		sp.seg = seg
 		s.add(sp)
 	}
+	seg.records += len(acc)
 	return res, nil
 }
 
@@ -371,6 +379,47 @@ func (s *spool) removeSegment(seg *segment) {
 	}
 }
 
+// compactSegment rewrites a closed segment that holds mostly done events
+// with only its waiting ones, named by the first of them (still below the
+// next segment's first sequence). So a long-failing event does not keep
+// thousands of done records on disk, whose ids the dedupe window may forget
+// before the segment goes. Crash safety: the new file is synced and renamed
+// into place before the old one is removed; if both survive a crash, the
+// replay sees each waiting event twice and keeps the first.
+func (s *spool) compactSegment(seg *segment) error {
+	var live []*spooled
+	for _, sp := range s.bySeq {
+		if sp.seg == seg {
+			live = append(live, sp)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].ev.Seq < live[j].ev.Seq })
+	var buf bytes.Buffer
+	for _, sp := range live {
+		encodeRecord(&buf, &sp.ev)
+	}
+	name := segmentName(live[0].ev.Seq)
+	tmp := filepath.Join(s.dir, name+".tmp")
+	if err := writeFileSync(tmp, buf.Bytes()); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := s.dirf.Sync(); err != nil {
+		return err
+	}
+	if name != seg.name {
+		if err := os.Remove(filepath.Join(s.dir, seg.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	seg.name, seg.first, seg.size, seg.records = name, live[0].ev.Seq, int64(buf.Len()), len(live)
+	return nil
+}
+
 // doneMark says the event with this seq and id is processed.
 type doneMark struct {
 	seq uint64
@@ -401,6 +450,13 @@ func (s *spool) markDone(marks []doneMark) error {
 		sp.seg.live--
 		if sp.seg.live == 0 {
 			s.removeSegment(sp.seg)
+		}
+	}
+	for _, seg := range append([]*segment(nil), s.segs...) {
+		if seg != s.active && seg.live > 0 && seg.records >= 16 && seg.live*4 <= seg.records {
+			if err := s.compactSegment(seg); err != nil {
+				s.log.Warn("webhook spool: cannot compact a segment; it stays as it is", "segment", seg.name, "error", err)
+			}
 		}
 	}
 	if len(s.order) > 4096 && s.head > len(s.order)/2 {

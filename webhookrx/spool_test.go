@@ -1,6 +1,7 @@
 package webhookrx
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -247,5 +248,74 @@ func TestSpoolDoneButNotDeletedAtCrash(t *testing.T) {
 	}
 	if got := walFiles(t, dir); len(got) != 0 {
 		t.Errorf("segments left: %v", got)
+	}
+}
+
+// A closed segment whose events are mostly done is rewritten with only the
+// waiting ones: the done ones are gone from disk, even if the dedupe window
+// has forgotten them, and the replay keeps order.
+func TestSpoolCompactsMostlyDoneSegment(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 20*340, 1) // ~20 records a segment; a dedupe window of 1
+	evs := appendN(t, sp, 0, 60)
+	if len(sp.segs) < 3 {
+		t.Fatalf("%d segments", len(sp.segs))
+	}
+	first := sp.segs[0]
+	n := first.records
+	// Everything done but events 3 and 5 of the first segment.
+	var done []Event
+	for i, ev := range evs {
+		if i != 3 && i != 5 {
+			done = append(done, ev)
+		}
+	}
+	if err := sp.markDone(marks(done)); err != nil {
+		t.Fatal(err)
+	}
+	if first.records != 2 || first.name != segmentName(evs[3].Seq) {
+		t.Fatalf("first segment after compaction: %d records (was %d), name %s", first.records, n, first.name)
+	}
+	if files := walFiles(t, dir); len(files) != 1 || filepath.Base(files[0]) != first.name {
+		t.Fatalf("segment files %v, want only %s", files, first.name)
+	}
+	sp.close()
+	sp, replay := openTestSpool(t, dir, 20*340, 1)
+	defer sp.close()
+	if len(replay) != 2 || replay[0].ID != evs[3].ID || replay[1].ID != evs[5].ID {
+		t.Fatalf("replayed %d events, want events 3 and 5", len(replay))
+	}
+	if sp.nextSeq != evs[59].Seq+1 {
+		t.Errorf("nextSeq %d, want %d", sp.nextSeq, evs[59].Seq+1)
+	}
+}
+
+// A compaction cut short after the rename leaves the old and the new file:
+// the replay keeps each waiting event once.
+func TestSpoolCompactionCrashLeavesBothFiles(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1<<20, 100)
+	evs := appendN(t, sp, 0, 20)
+	old := filepath.Join(dir, sp.active.name)
+	sp.close()
+	data, _ := os.ReadFile(old)
+	// The "new" file: records 10.. of the old one, named by event 10.
+	var buf bytes.Buffer
+	for _, ev := range evs[10:] {
+		e := ev
+		encodeRecord(&buf, &e)
+	}
+	os.WriteFile(filepath.Join(dir, segmentName(evs[10].Seq)), buf.Bytes(), 0o600)
+	os.WriteFile(filepath.Join(dir, segmentName(evs[10].Seq)+".tmp"), data[:10], 0o600)
+	sp, replay := openTestSpool(t, dir, 1<<20, 100)
+	defer sp.close()
+	if len(replay) != 20 {
+		t.Fatalf("replayed %d, want 20 once each", len(replay))
+	}
+	if files := walFiles(t, dir); len(files) != 1 {
+		t.Errorf("files after load: %v", files)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) != 0 {
+		t.Errorf("stale tmp left: %v", tmp)
 	}
 }
