@@ -351,7 +351,6 @@ func TestServerErrorsRetried(t *testing.T) {
 	fs.mu.Unlock()
 	stop := runCopier(t, c)
 	c.Enqueue(r)
-	waitFor(t, 5*time.Second, "a failure waiting for its retry", func() bool { return c.Drained() && !c.Idle() })
 	waitFor(t, 10*time.Second, "stored", func() bool { rec, ok := ix.Get(r); return ok && rec.Stored() })
 	stop()
 	if rec, _ := ix.Get(r); rec.Attempts != 3 {
@@ -540,5 +539,32 @@ func TestMetricsLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestDrainedIgnoresWaitingRetries(t *testing.T) {
+	st, _ := fileStore(t)
+	fs := newFileServer(t)
+	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	defer ix.Close()
+	opts := testOptions(t)
+	opts.RetryInitial = time.Hour
+	c := NewCopier(st, fs.downloader(), ix, opts)
+	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000004")
+	fs.add(r.FileID, fileSpec{size: 10})
+	fs.mu.Lock()
+	fs.fail[r.FileID] = 1
+	fs.mu.Unlock()
+	runCopier(t, c)
+	c.Enqueue(r)
+	waitFor(t, 5*time.Second, "the failure recorded and waiting for its retry", func() bool {
+		rec, ok := ix.Get(r)
+		return ok && rec.Error != "" && c.Drained()
+	})
+	if c.Idle() {
+		t.Error("Idle with a retry waiting")
+	}
+	if c.QueueDepth() != 1 {
+		t.Errorf("queue depth %d, want 1 (the waiting retry)", c.QueueDepth())
 	}
 }
