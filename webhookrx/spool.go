@@ -28,7 +28,8 @@ import (
 // requests is answered (group commit); a new segment file's directory entry
 // is fsync'ed too. A torn or corrupt record ends its segment on replay: it
 // can only be the tail of a batch that was never acknowledged. A segment is
-// deleted once every event in it is done.
+// deleted once every event in it is done, and a closed one that is three
+// quarters done is rewritten with its waiting events only.
 const (
 	segPrefix  = "wal-"
 	segSuffix  = ".log"
