@@ -83,10 +83,10 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.m.event(kind, evDuplicate)
 		r.replyOK(w, reqDuplicate, id)
 	case resFull:
-		w.Header().Set("Retry-After", strconv.Itoa(int(s.RetryAfter.Seconds())))
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.RetryAfter.Seconds()))))
 		r.reply(w, reqSpoolFull, http.StatusServiceUnavailable, "spool full, retry later")
 	default:
-		w.Header().Set("Retry-After", strconv.Itoa(int(s.RetryAfter.Seconds())))
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.RetryAfter.Seconds()))))
 		r.reply(w, reqUnavailable, http.StatusServiceUnavailable, "cannot spool the event now, retry later")
 	}
 }
