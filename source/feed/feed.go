@@ -4,12 +4,13 @@
 //
 // Three kinds of feed share one pipeline (see docs/feeds.md):
 //
-//   - csv_dir: CSV (header, UTF-8 with or without BOM, `,` or `;`) and JSONL
+//   - csv_dir: CSV (header, UTF-8 with or without BOM, `,` or `;` detected, or
+//     any configured one-character delimiter) and JSONL
 //     files dropped into a folder. A file is claimed by renaming it into
 //     processing/, read as a stream, then moved to done/ with a report, or to
 //     failed/ when it cannot be read at all.
-//   - http: an authenticated POST endpoint taking a JSON array of contacts and
-//     answering per row.
+//   - http: an authenticated POST endpoint taking a JSON array of contacts (or
+//     one contact) and answering per row.
 //   - clickhouse_query: a SQL query run every Interval (reverse ETL).
 //
 // Every row is mapped onto a survey.Contact, validated before any call, and
