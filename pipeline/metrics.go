@@ -103,6 +103,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"survey_id", "stream"}),
 		newestSeen: map[newestKey]float64{},
 	}
+	// Every source starts at 0, so that rate() and alert rules see the first
+	// fetch error instead of a series born with it.
+	for _, src := range []string{"poll", "webhook", "reconcile"} {
+		m.submitted.WithLabelValues(src)
+		m.written.WithLabelValues(src)
+		m.fetchErrors.WithLabelValues(src)
+	}
 	if reg != nil {
 		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.unchanged, m.queue, m.flushes,
 			m.batchRows, m.rowsWritten, m.writeErrors, m.writeSeconds, m.fetchSeconds,
