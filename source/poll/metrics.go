@@ -12,7 +12,10 @@ type metrics struct {
 	watermark    *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the poller's metrics. The series of every stream
+// (and reconcile reason) start at 0, so that rate() and alert rules see the
+// first error or repage instead of a series born with it.
+func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 	m := &metrics{
 		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_poll_cycles_total",
@@ -43,6 +46,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "surveysync_poll_watermark_timestamp_seconds",
 			Help: "Unix time of a stream's watermark: every response up to it is written.",
 		}, []string{"survey_id", "stream"}),
+	}
+	for _, st := range streams {
+		m.cycles.WithLabelValues(st, "ok")
+		m.cycles.WithLabelValues(st, "error")
+		m.pages.WithLabelValues(st)
+		m.listed.WithLabelValues(st)
+		m.reread.WithLabelValues(st)
+	}
+	for _, r := range []string{"vanished", "missing", "status_changed"} {
+		m.reconciled.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.cycles, m.cycleSeconds, m.pages, m.listed, m.reread, m.reconciled, m.watermark)

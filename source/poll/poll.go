@@ -151,7 +151,7 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 	o.defaults()
 	return &Poller{
 		o: o, lister: l, sub: s, states: states, inv: inv,
-		m:       newMetrics(o.Registerer),
+		m:       newMetrics(o.Registerer, o.Statuses),
 		state:   map[streamKey]pipeline.StreamState{},
 		rescan:  map[streamKey]time.Time{},
 		surveys: map[int64]*surveyRun{},
