@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,7 +169,16 @@ func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, std
 	return exitOK
 }
 
+// defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
+// is not set: the live heap of a sync is about 150 MiB at the default batch
+// size, and without a limit the collector lets the heap grow to twice that
+// before it runs (docs/architecture.md, "Memory").
+const defaultMemoryLimit = 256 << 20
+
 func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.Logger, stdout io.Writer) error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -426,6 +438,11 @@ func (h *health) ready(ctx context.Context) error {
 func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, h *health, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Go's profiler, for operators chasing CPU or memory (metrics.listen is
+	// loopback by default; expose it with care).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		cctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)

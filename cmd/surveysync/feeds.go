@@ -31,10 +31,11 @@ func feedOptions(cfg *config.Config, conn feed.QueryConn) ([]feed.Options, error
 				IncludeFirstName: f.Salutation.IncludeFirstName,
 				IncludeLastName:  f.Salutation.IncludeLastName,
 			},
-			DedupeKey: f.DedupeKey,
-			Interval:  f.Interval,
-			CSVDir:    feed.CSVDirOptions{Dir: f.CSVDir.Dir, Delimiter: f.CSVDir.Delimiter},
-			HTTP:      feed.HTTPOptions{Path: f.HTTP.Path, Token: f.HTTP.Token.Value(), Listen: f.HTTP.Listen},
+			DedupeKey:   f.DedupeKey,
+			Interval:    f.Interval,
+			Concurrency: f.Concurrency,
+			CSVDir:      feed.CSVDirOptions{Dir: f.CSVDir.Dir, Delimiter: f.CSVDir.Delimiter},
+			HTTP:        feed.HTTPOptions{Path: f.HTTP.Path, Token: f.HTTP.Token.Value(), Listen: f.HTTP.Listen, MaxBodyBytes: int64(f.HTTP.MaxBodyBytes)},
 			Send: feed.SendOptions{
 				MessageID: f.Send.MessageID,
 				Schedule: feed.Schedule{
@@ -144,5 +145,43 @@ func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, 
 		fmt.Fprintln(stderr, "surveysync feed run:", err)
 		return exitFail
 	}
+	return exitOK
+}
+
+// feedResolve lists a feed's uncertain rows, or settles some of them as the
+// operator decided (docs/feeds.md, "Uncertain rows"). Run it while the
+// daemon is stopped.
+func feedResolve(ctx context.Context, cfg *config.Config, name, as string, keys []string, stdout, stderr io.Writer) int {
+	log := newLogger(cfg, stderr)
+	reg := prometheus.NewRegistry()
+	st, _, _, err := openStore(ctx, cfg, log, reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "surveysync feed:", err)
+		return exitFail
+	}
+	defer st.(closer).Close()
+	r, closeLedger, err := newFeedRunner(cfg, nil, st, log, reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "surveysync feed:", err)
+		return exitFail
+	}
+	defer closeLedger()
+	if as == "" {
+		rows, err := r.Uncertain(ctx, name)
+		if err != nil {
+			fmt.Fprintln(stderr, "surveysync feed uncertain:", err)
+			return exitFail
+		}
+		for _, e := range rows {
+			fmt.Fprintf(stdout, "%s\tbatch %s\t%s:%d\t%s\n", e.Key, e.BatchID, e.File, e.Line, e.Error)
+		}
+		fmt.Fprintf(stdout, "%d uncertain row(s) in feed %s\n", len(rows), name)
+		return exitOK
+	}
+	if err := r.Resolve(ctx, name, keys, as); err != nil {
+		fmt.Fprintln(stderr, "surveysync feed resolve:", err)
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "%d key(s) of feed %s resolved as %s\n", len(keys), name, as)
 	return exitOK
 }

@@ -6,7 +6,8 @@
 //	surveysync doctor [--config FILE]
 //	surveysync status [--config FILE]
 //	surveysync config print [--config FILE]
-//	surveysync feed run NAME --dry-run [--config FILE]
+//	surveysync feed run NAME [--dry-run] [--config FILE]
+//	surveysync feed uncertain NAME | feed resolve NAME --as pushed|retry KEY...
 //	surveysync version
 //
 // With no configuration at all, run starts the built-in emulator of the
@@ -45,7 +46,9 @@ Usage:
   surveysync doctor [--config FILE]          check token, ClickHouse, object store, ports
   surveysync status [--config FILE]          watermark, lag and errors per survey and stream
   surveysync config print [--config FILE]    the effective configuration, secrets masked
-  surveysync feed run NAME --dry-run         what a feed would push, without calling the API
+  surveysync feed run NAME [--dry-run]       run a feed once (--dry-run: what it would push, calling nothing)
+  surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
+  surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync version
 
 With no --config and no SURVEYSYNC_* variables, run starts the built-in
@@ -109,8 +112,30 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return status(ctx, cfg, stdout, stderr)
 	case "feed":
+		if len(rest) >= 2 && rest[0] == "uncertain" {
+			cfg, code := load("feed uncertain", rest[2:], stderr, nil)
+			if cfg == nil {
+				return code
+			}
+			return feedResolve(ctx, cfg, rest[1], "", nil, stdout, stderr)
+		}
+		if len(rest) >= 2 && rest[0] == "resolve" {
+			var as string
+			var keys []string
+			cfg, code := loadArgs("feed resolve", rest[2:], stderr, func(fs *pflag.FlagSet) {
+				fs.StringVar(&as, "as", "", "pushed (the contact exists in the service) or retry (it does not: push it again)")
+			}, &keys)
+			if cfg == nil {
+				return code
+			}
+			if as == "" || len(keys) == 0 {
+				fmt.Fprintln(stderr, "usage: surveysync feed resolve NAME --as pushed|retry KEY... [--config FILE]")
+				return exitUsage
+			}
+			return feedResolve(ctx, cfg, rest[1], as, keys, stdout, stderr)
+		}
 		if len(rest) < 2 || rest[0] != "run" {
-			fmt.Fprintln(stderr, "usage: surveysync feed run NAME --dry-run [--config FILE]")
+			fmt.Fprintln(stderr, "usage: surveysync feed run NAME [--dry-run] [--config FILE]\n       surveysync feed uncertain NAME\n       surveysync feed resolve NAME --as pushed|retry KEY...")
 			return exitUsage
 		}
 		name := rest[1]
@@ -130,6 +155,12 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // load parses the common flags (plus extra ones) and loads the configuration.
 func load(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet)) (*config.Config, int) {
+	return loadArgs(name, args, stderr, extra, nil)
+}
+
+// loadArgs is load for commands that take positional arguments (into
+// positional); without it, a positional argument is a usage error.
+func loadArgs(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet), positional *[]string) (*config.Config, int) {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.StringP("config", "c", "", "YAML configuration file")
@@ -143,7 +174,9 @@ func load(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSe
 		}
 		return nil, exitUsage
 	}
-	if fs.NArg() > 0 {
+	if positional != nil {
+		*positional = fs.Args()
+	} else if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "surveysync %s: unexpected argument %q\n", name, fs.Arg(0))
 		return nil, exitUsage
 	}
