@@ -93,6 +93,30 @@ type target struct {
 	open func(t testing.TB) *blob.Store
 }
 
+// serverPID is the S3 server's process id in the benchmark (0 for file://).
+var serverPID int
+
+// cpuOf returns the CPU time (user+system) of a process so far.
+func cpuOf(pid int) time.Duration {
+	p := "/proc/self/stat"
+	if pid > 0 {
+		p = "/proc/" + strconv.Itoa(pid) + "/stat"
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	// fields after the command name "(…)": state is field 3; utime 14, stime 15
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
+}
+
 func targets() []target {
 	return []target{
 		{"file", func(t testing.TB) *blob.Store {
@@ -106,6 +130,7 @@ func targets() []target {
 		{"s3", func(t testing.TB) *blob.Store {
 			v := blobtest.Start(t)
 			v.CreateBucket(t, "surveysync")
+			serverPID = v.PID()
 			st, err := blob.OpenStore(context.Background(), blob.StoreOptions{
 				URL: v.URL("surveysync"), AccessKey: blobtest.AccessKey, SecretKey: blobtest.SecretKey})
 			if err != nil {
@@ -268,25 +293,40 @@ func TestFilesBenchmark(t *testing.T) {
 				refs []files.FileRef
 				size int64
 			}{{"small", small, smallSize}, {"large", large, largeSize}} {
+				conc := 8
+				if v, err := strconv.Atoi(os.Getenv("SURVEYSYNC_BENCH_CONCURRENCY")); err == nil && v > 0 {
+					conc = v
+				}
 				c := blob.NewCopier(st, e.downloader(), ix, blob.Options{
-					MaxConcurrency: 8, QueueSize: 20_000, SpoolDir: t.TempDir(),
+					MaxConcurrency: conc, QueueSize: 20_000, SpoolDir: t.TempDir(),
 					IsPermanent: surveyapi.IsPermanent, Registerer: prometheus.NewRegistry(),
 				})
 				stop := run(t, c)
 				time.Sleep(50 * time.Millisecond)
 				baseRSS := procStatus("VmRSS")
 				resetPeakRSS()
+				cpu0, srv0 := cpuOf(0), time.Duration(0)
+				if tg.name == "s3" {
+					srv0 = cpuOf(serverPID)
+				}
 				start := time.Now()
 				c.Enqueue(set.refs...)
 				waitIdle(t, c, 20*time.Minute)
 				elapsed := time.Since(start)
 				peak := procStatus("VmHWM")
+				cpu := cpuOf(0) - cpu0
+				var srv time.Duration
+				if tg.name == "s3" {
+					srv = cpuOf(serverPID) - srv0
+				}
 				stop()
 				mb := float64(int64(len(set.refs))*set.size) / 1e6
-				fmt.Printf("BENCH %s %s: %d files x %d KiB in %.2fs: %.0f files/s, %.1f MB/s; RSS baseline %.0f MB, peak %.0f MB (+%.0f MB)\n",
-					tg.name, set.name, len(set.refs), set.size>>10, elapsed.Seconds(),
+				fmt.Printf("BENCH %s %s (concurrency %d): %d files x %d KiB in %.2fs: %.0f files/s, %.1f MB/s; RSS baseline %.0f MB, peak %.0f MB (+%.0f MB)\n",
+					tg.name, set.name, conc, len(set.refs), set.size>>10, elapsed.Seconds(),
 					float64(len(set.refs))/elapsed.Seconds(), mb/elapsed.Seconds(),
 					float64(baseRSS)/(1<<20), float64(peak)/(1<<20), float64(peak-baseRSS)/(1<<20))
+				fmt.Printf("BENCH %s %s: CPU used: this process (emulator + client + copier) %.1fs, S3 server %.1fs\n",
+					tg.name, set.name, cpu.Seconds(), srv.Seconds())
 				for _, r := range set.refs[:3] {
 					if rec, ok := ix.Get(r); !ok || !rec.Stored() {
 						t.Fatalf("%s not stored: %+v", r.Key(), rec)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"gocloud.dev/blob"
@@ -319,10 +320,10 @@ func (c *Copier) Copy(ctx context.Context, ref files.FileRef) (Stored, error) {
 	if err != nil {
 		return st, &CopyError{ref, ReasonSpool, err}
 	}
-	if c.s3 != nil && sp.f != nil && n <= maxSinglePut {
-		// A spooled file goes up from its temporary file in one PUT: the
-		// SDK streams it from disk, so no part buffers are held in memory.
-		if err := c.putS3File(ctx, key, sp.f, st); err != nil {
+	if rs, ok := r.(io.ReadSeeker); ok && c.s3 != nil && n <= maxSinglePut {
+		// To S3 in one PUT from the spool (memory or temporary file): the
+		// SDK streams it, so no part buffers are held in memory.
+		if err := c.putS3(ctx, key, rs, st); err != nil {
 			return st, &CopyError{ref, ReasonStore, fmt.Errorf("write %s: %w", st.ObjectURL, err)}
 		}
 		return st, nil
@@ -393,12 +394,12 @@ func metadata(st Stored) map[string]string {
 	return md
 }
 
-// putS3File uploads a spooled file with one PutObject, escaping metadata
+// putS3 uploads the spooled bytes with one PutObject, escaping metadata
 // values exactly as gocloud's s3blob does (url.PathEscape), so the object
 // reads back through gocloud like any other. S3 creates the object only
 // when the PUT completes; a failed or cancelled PUT leaves nothing.
-func (c *Copier) putS3File(ctx context.Context, key string, f *os.File, st Stored) error {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+func (c *Copier) putS3(ctx context.Context, key string, body io.ReadSeeker, st Stored) error {
+	if _, err := body.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
 	md := metadata(st)
@@ -408,7 +409,7 @@ func (c *Copier) putS3File(ctx context.Context, key string, f *os.File, st Store
 	in := &s3.PutObjectInput{
 		Bucket:        aws.String(c.s3Bucket),
 		Key:           aws.String(key),
-		Body:          f,
+		Body:          body,
 		ContentLength: aws.Int64(st.Size),
 		ContentType:   aws.String(st.ContentType),
 		Metadata:      md,
@@ -416,7 +417,10 @@ func (c *Copier) putS3File(ctx context.Context, key string, f *os.File, st Store
 	if cd := contentDisposition(st.FileName); cd != "" {
 		in.ContentDisposition = aws.String(cd)
 	}
-	_, err := c.s3.PutObject(ctx, in)
+	// The body's SHA-256 is already known and stored in the metadata, and
+	// the SDK adds its own CRC checksum: skip the SigV4 payload hash, one
+	// more pass over every byte (UNSIGNED-PAYLOAD, as over HTTPS).
+	_, err := c.s3.PutObject(ctx, in, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
 	return err
 }
 

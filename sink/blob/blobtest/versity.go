@@ -64,7 +64,9 @@ func Start(t testing.TB) *Versity {
 // Restart starts the stopped gateway again on the same address and data.
 func (v *Versity) Restart(t testing.TB) {
 	t.Helper()
-	cmd := exec.Command(v.bin, "--access", AccessKey, "--secret", SecretKey, "--port", v.addr, "--quiet", "posix", v.dir)
+	// --keep-alive: without it the gateway closes every connection after one
+	// request, and each S3 call pays a new TCP connection.
+	cmd := exec.Command(v.bin, "--access", AccessKey, "--secret", SecretKey, "--port", v.addr, "--quiet", "--keep-alive", "posix", v.dir)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start versitygw: %v", err)
