@@ -57,6 +57,20 @@ func BenchmarkGetResponse(b *testing.B) {
 // the envelope straight into the typed result.
 func BenchmarkDecodeResponse(b *testing.B) {
 	body := responseJSON(testRID)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, body); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("fast_compact", func(b *testing.B) { // as the emulator sends it
+		b.SetBytes(int64(compact.Len()))
+		b.ReportAllocs()
+		for b.Loop() {
+			r, _, err := decodeFast(OpGetResponse, 200, "", compact.Bytes(), "application/json", fastResponse)
+			if err != nil || checkResponse(r, testRID) != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("fast", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()

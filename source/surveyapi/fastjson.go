@@ -158,6 +158,11 @@ func (r *jreader) rawString() (s []byte, escaped, ok bool) {
 		}
 		switch strClass[b[i]] {
 		case chHigh:
+			// Two-byte sequences (Czech diacritics) inline; the rest via utf8.
+			if c := b[i]; c >= 0xC2 && c <= 0xDF && i+1 < len(b) && b[i+1]&0xC0 == 0x80 {
+				i += 2
+				continue
+			}
 			if _, size := utf8.DecodeRune(b[i:]); size > 1 {
 				i += size
 				continue
