@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,12 +23,17 @@ import (
 // from the request's arrival to its Process call (spool + queue).
 //
 //	go test -run '^$' -bench Intake -benchtime 5000x ./webhookrx
+//
+// WEBHOOKRX_BENCH_CONCURRENCY sets ProcessConcurrency (default 256).
 func BenchmarkIntake(b *testing.B) {
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			o := testOptions(b, "")
 			o.SpoolMaxEvents = 10_000_000
 			o.SpoolMaxBytes = 10 << 30
+			if c := os.Getenv("WEBHOOKRX_BENCH_CONCURRENCY"); c != "" {
+				o.ProcessConcurrency, _ = strconv.Atoi(c)
+			}
 			var pmu sync.Mutex
 			var toProcess []time.Duration
 			p := ProcessorFunc(func(_ context.Context, ev Event) error {
