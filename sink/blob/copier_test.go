@@ -568,3 +568,34 @@ func TestDrainedIgnoresWaitingRetries(t *testing.T) {
 		t.Errorf("queue depth %d, want 1 (the waiting retry)", c.QueueDepth())
 	}
 }
+
+func TestVerifyExisting(t *testing.T) {
+	st, _ := fileStore(t)
+	fs := newFileServer(t)
+	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000005")
+	fs.add(r.FileID, fileSpec{size: 4000, name: czechName})
+	c := NewCopier(st, fs.downloader(), nil, testOptions(t))
+	if _, err := c.Copy(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(t)
+	opts.VerifyExisting = true
+	v := NewCopier(st, fs.downloader(), nil, opts)
+	reqs := fs.requests.Load()
+	got, err := v.Copy(context.Background(), r)
+	if err != nil || !got.Skipped {
+		t.Fatalf("same size: %+v, %v; want skipped", got, err)
+	}
+	if fs.requests.Load() != reqs+1 {
+		t.Errorf("VerifyExisting made %d requests, want 1", fs.requests.Load()-reqs)
+	}
+	// The service now serves another size: the object is written again.
+	fs.add(r.FileID, fileSpec{size: 5000, name: czechName})
+	got, err = v.Copy(context.Background(), r)
+	if err != nil || got.Skipped || got.Size != 5000 || got.SHA256 != sha256Of(r.FileID, 5000) {
+		t.Fatalf("changed size: %+v, %v; want a new copy", got, err)
+	}
+	if sum, n := readSHA(t, st, r.Key()); n != 5000 || sum != got.SHA256 {
+		t.Errorf("object: %d bytes, sha %s", n, sum)
+	}
+}
