@@ -293,7 +293,7 @@ func TestFilesBenchmark(t *testing.T) {
 				refs []files.FileRef
 				size int64
 			}{{"small", small, smallSize}, {"large", large, largeSize}} {
-				conc := 8
+				conc := 4 // the daemon's default files.max_concurrency
 				if v, err := strconv.Atoi(os.Getenv("SURVEYSYNC_BENCH_CONCURRENCY")); err == nil && v > 0 {
 					conc = v
 				}
