@@ -389,6 +389,28 @@ func (r *jreader) int64() (int64, bool) {
 	return int64(u), true
 }
 
+// digits parses an optional '-' and 1 to 18 decimal digits (no overflow possible).
+func digits(s []byte) (int64, bool) {
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
 // intInto reads an int64 field: null leaves it as it is.
 func (r *jreader) intInto(dst *int64) bool {
 	if r.null() {
@@ -432,10 +454,13 @@ func (r *jreader) flexPtr(dst **survey.FlexInt) bool {
 	var v survey.FlexInt
 	if r.peek() == '"' {
 		start := r.i
-		if _, _, ok := r.rawString(); !ok {
+		s, esc, ok := r.rawString()
+		if !ok {
 			return false
 		}
-		if v.UnmarshalJSON(r.b[start:r.i]) != nil {
+		if n, ok := digits(s); ok && !esc {
+			v = survey.FlexInt(n) // "5": what FlexInt.UnmarshalJSON gives, without its json.Unmarshal
+		} else if v.UnmarshalJSON(r.b[start:r.i]) != nil {
 			return false
 		}
 	} else {
