@@ -20,11 +20,13 @@
 //     byte counter into a spool (memory up to Options.MemSpool, then a
 //     temporary file), checked against Content-Length and the size cap, and
 //     only then written to the store in one upload with its metadata. A cut
-//     download therefore never reaches the store; an upload that fails is
-//     aborted by cancelling the writer's context before Close, so gocloud
-//     commits nothing (fileblob renames its temporary file only on a clean
-//     Close; S3 completes a PUT or multipart upload only on success).
-//     Memory per copy is bounded whatever the file size.
+//     download therefore never reaches the store. To S3 (up to 5 GiB) the
+//     upload is one streamed PutObject on the bucket's own client, which
+//     creates the object only when it completes; elsewhere it goes through
+//     gocloud's writer, aborted on error by cancelling the writer's context
+//     before Close, so nothing is committed (fileblob renames its temporary
+//     file only on a clean Close). Memory per copy is bounded whatever the
+//     file size.
 //   - At most Options.MaxConcurrency copies run at once. A failed copy is
 //     retried with exponential backoff; every attempt's outcome is a row in
 //     the index (files.Index: uploaded_files in ClickHouse, or a JSONL
