@@ -31,6 +31,9 @@ type Ref struct {
 	// identical to the one this process last wrote for the response (the
 	// poller sets it on re-reads of overlaps and partial rescans).
 	SkipUnchanged bool
+	// Urgent asks for the batch holding this ref to be flushed within
+	// UrgentDelay rather than MaxDelay (webhooks: someone waits for the row).
+	Urgent bool
 
 	hash uint64 // content hash of the fetched detail, 0 when not computed
 }
@@ -41,6 +44,7 @@ type Options struct {
 	MaxRows          int           // answer rows per batch (100 000)
 	MaxBytes         int           // approximate bytes per batch (64 MiB)
 	MaxDelay         time.Duration // longest a response waits in a batch (1 s)
+	UrgentDelay      time.Duration // longest an Urgent ref waits in a batch (50 ms)
 	RetryInitial     time.Duration // first wait after a failed sink write (500 ms)
 	RetryMax         time.Duration // longest wait between sink write attempts (30 s)
 	Allocator        memory.Allocator
@@ -65,6 +69,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxDelay <= 0 {
 		o.MaxDelay = time.Second
+	}
+	if o.UrgentDelay <= 0 || o.UrgentDelay > o.MaxDelay {
+		o.UrgentDelay = min(50*time.Millisecond, o.MaxDelay)
 	}
 	if o.RetryInitial <= 0 {
 		o.RetryInitial = 500 * time.Millisecond
@@ -301,6 +308,7 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 	var metas []itemMeta
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var deadline time.Time // when the batch being built is flushed by time
 	defer timer.Stop()
 
 	flush := func(why string) error {
@@ -346,8 +354,16 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 				f.ref.Done(err)
 				continue
 			}
-			if len(refs) == 0 {
-				timer.Reset(p.o.MaxDelay)
+			switch {
+			case len(refs) == 0:
+				deadline = time.Now().Add(p.o.MaxDelay)
+				if f.ref.Urgent {
+					deadline = time.Now().Add(p.o.UrgentDelay)
+				}
+				timer.Reset(time.Until(deadline))
+			case f.ref.Urgent && time.Until(deadline) > p.o.UrgentDelay:
+				deadline = time.Now().Add(p.o.UrgentDelay)
+				timer.Reset(p.o.UrgentDelay)
 			}
 			refs = append(refs, f.ref)
 			_, answersAfter := b.Rows()

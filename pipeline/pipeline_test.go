@@ -216,3 +216,30 @@ func TestSkipUnchangedWritesOnce(t *testing.T) {
 		t.Fatalf("an unchanged response was written %d times, want once", sink.writes)
 	}
 }
+
+func TestUrgentRefFlushesEarly(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	p := New(Options{Allocator: mem, MaxDelay: 5 * time.Second, UrgentDelay: 10 * time.Millisecond}, &fakeFetcher{}, &memSink{})
+	done := run(t, p, context.Background())
+	// A slow ref opens the batch; an urgent one joins it and pulls the flush in.
+	slow, urgent := make(chan error, 1), make(chan error, 1)
+	start := time.Now()
+	if err := p.Submit(context.Background(), Ref{SurveyID: 1, ResponseID: id(1), Done: func(err error) { slow <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Submit(context.Background(), Ref{SurveyID: 1, ResponseID: id(2), Urgent: true, Done: func(err error) { urgent <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-urgent; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("an urgent ref waited %v; MaxDelay is 5s, UrgentDelay 10ms", took)
+	}
+	<-slow
+	p.CloseInput()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

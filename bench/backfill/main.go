@@ -37,7 +37,7 @@ func main() {
 	surveys := flag.Int("surveys", 10, "surveys in the emulator")
 	responses := flag.Int("responses", 100_000, "responses per survey")
 	fetch := flag.Int("fetch-concurrency", 32, "sync.fetch_concurrency")
-	maxRows := flag.Int("max-rows", 100_000, "sync.batch.max_rows")
+	maxRows := flag.Int("max-rows", 30_000, "sync.batch.max_rows")
 	rawRows := flag.Int("raw-rows", 1_000_000, "answers rows inserted by the raw clickhouse-go run")
 	keep := flag.Bool("keep", false, "keep the benchmark database")
 	flag.Parse()

@@ -287,13 +287,14 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			BasicAuthPassword:      w.BasicAuth.Password.Value(),
 			AllowCIDRs:             w.AllowCIDRs,
 			StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
+			RequireSignature:       w.RequireSignature,
+			SignatureTolerance:     w.SignatureTolerance,
 			MaxBodyBytes:           int64(w.MaxBodyBytes),
 			SpoolDir:               w.SpoolDir,
 			SpoolMaxEvents:         w.SpoolMaxEvents,
 			SpoolMaxBytes:          int64(w.SpoolMaxBytes),
 			Logger:                 log.With("component", "webhooks"),
 			Registerer:             reg,
-			ProcessConcurrency:     cfg.Sync.FetchConcurrency,
 		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, now: time.Now}, evlog)
 		if err != nil {
 			return fmt.Errorf("webhooks: %w", err)

@@ -35,7 +35,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		w.poller.AddSurvey(e.SurveyID)
 		done := make(chan error, 1)
 		err := w.pipe.Submit(ctx, pipeline.Ref{
-			SurveyID: e.SurveyID, ResponseID: e.ResponseID, Source: "webhook",
+			SurveyID: e.SurveyID, ResponseID: e.ResponseID, Source: "webhook", Urgent: true,
 			Done: func(err error) { done <- err },
 		})
 		if err != nil {
