@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -597,5 +598,91 @@ func TestVerifyExisting(t *testing.T) {
 	}
 	if sum, n := readSHA(t, st, r.Key()); n != 5000 || sum != got.SHA256 {
 		t.Errorf("object: %d bytes, sha %s", n, sum)
+	}
+}
+
+// failingReader yields n bytes, then an error.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errBoom
+	}
+	k := min(len(p), r.n)
+	clear(p[:k])
+	r.n -= k
+	return k, nil
+}
+
+// A write through gocloud's writer that fails midway is aborted (context
+// cancelled before Close): nothing under the key, no temporary file left.
+// On S3 the body is bigger than a part, so a multipart upload was under way.
+func TestWriterAbortLeavesNothing(t *testing.T) {
+	check := func(t *testing.T, st *Store) {
+		c := NewCopier(st, nil, nil, testOptions(t))
+		r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000006")
+		err := c.put(context.Background(), r.Key(), &failingReader{n: 12 << 20}, Stored{FileRef: r, Size: 20 << 20, SHA256: strings.Repeat("0", 64), ContentType: "application/pdf"})
+		if err == nil {
+			t.Fatal("put of a failing body succeeded")
+		}
+		if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
+			t.Fatalf("attributes after an aborted write: %v, want NotFound", err)
+		}
+	}
+	t.Run("file", func(t *testing.T) {
+		st, dir := fileStore(t)
+		check(t, st)
+		var left []string
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				left = append(left, p)
+			}
+			return nil
+		})
+		if len(left) != 0 {
+			t.Errorf("files left after an aborted write: %v", left)
+		}
+	})
+	t.Run("s3", func(t *testing.T) {
+		v := blobtest.Start(t)
+		check(t, s3Store(t, v, "abort"))
+	})
+}
+
+// cancellingReader cancels the upload's context once after bytes have
+// been read.
+type cancellingReader struct {
+	*bytes.Reader
+	after  int64
+	read   int64
+	cancel func()
+}
+
+func (r *cancellingReader) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	r.read += int64(n)
+	if r.read >= r.after && r.cancel != nil {
+		r.cancel()
+		r.cancel = nil
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n, err
+}
+
+// A direct S3 PUT cancelled midway leaves no object.
+func TestS3PutCancelledLeavesNothing(t *testing.T) {
+	v := blobtest.Start(t)
+	st := s3Store(t, v, "cancel")
+	c := NewCopier(st, nil, nil, testOptions(t))
+	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000007")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := &cancellingReader{Reader: bytes.NewReader(make([]byte, 8<<20)), after: 2 << 20, cancel: cancel}
+	err := c.putS3(ctx, r.Key(), body, Stored{FileRef: r, Size: 8 << 20, SHA256: strings.Repeat("0", 64), ContentType: "application/pdf"})
+	if err == nil {
+		t.Fatal("cancelled PUT succeeded")
+	}
+	if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
+		t.Fatalf("attributes after a cancelled PUT: %v, want NotFound", err)
 	}
 }
