@@ -17,7 +17,8 @@ import (
 // (each re-enters json.Unmarshal). The reader below walks the bytes once,
 // straight into the typed structs. It only ever accepts what encoding/json
 // would decode to the very same value: anything unusual — a syntax error,
-// a key matching a field only case-insensitively, a number with a fraction
+// a key matching a field only case-insensitively, a repeated non-empty
+// array (encoding/json merges it into the first), a number with a fraction
 // in an integer field, a lone surrogate, invalid UTF-8, null where a value
 // type is expected — makes it give up, and the caller decodes the same
 // bytes with encoding/json, which then also produces the canonical error.
@@ -26,7 +27,7 @@ import (
 // jreader walks a JSON document.
 type jreader struct {
 	b       []byte
-	src     string // a copy of b: unescaped strings are substrings of it (one allocation for all)
+	src     string // b as a string (a copy, or b itself when owned): unescaped strings are substrings of it
 	i       int
 	scratch []byte           // unescaping
 	strs    []string         // slab behind *string fields
