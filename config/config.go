@@ -117,7 +117,7 @@ type Parquet struct {
 // Files is the copy of respondents' uploaded files into object storage.
 type Files struct {
 	Enabled            bool     `koanf:"enabled"`
-	URL                URL      `koanf:"url"` // file:///abs/dir, s3://bucket?region=…, gs://bucket, azblob://container
+	URL                URL      `koanf:"url"` // file:///abs/dir or s3://bucket?region=… (gs and azblob are not compiled in)
 	MaxConcurrency     int      `koanf:"max_concurrency"`
 	MaxSize            ByteSize `koanf:"max_size"`             // larger files are skipped and counted
 	DeleteWithResponse bool     `koanf:"delete_with_response"` // delete a deleted response's objects

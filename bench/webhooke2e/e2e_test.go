@@ -22,7 +22,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/surveysync/surveysync/internal/faultproxy"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/clickhouse"
@@ -105,7 +105,7 @@ func TestWebhookToRowLatency(t *testing.T) {
 			procMu.Unlock()
 		}()
 		done := make(chan error, 1)
-		err := whpl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
+		err := whpl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook", Urgent: true, // as cmd/surveysync's processor
 			Done: func(err error) { done <- err }})
 		if err != nil {
 			return err
@@ -363,7 +363,7 @@ func startDaemon(t *testing.T, apiURL string, sink *clickhouse.Sink) *daemon {
 			return nil
 		}
 		done := make(chan error, 1)
-		if err := d.pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
+		if err := d.pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook", Urgent: true, // as cmd/surveysync's processor
 			Done: func(err error) { done <- err }}); err != nil {
 			return err
 		}
@@ -508,71 +508,6 @@ func TestTwoDaemonsOneRowPerResponse(t *testing.T) {
 // chProxy forwards TCP to ClickHouse and can be taken down: while down it
 // cuts every open connection and refuses new ones, as a ClickHouse outage
 // looks to the daemon.
-type chProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newCHProxy(t *testing.T, target string) *chProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &chProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
-	return p
-}
-
-func (p *chProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = true, true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
-		go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
-	}
-}
-
-func (p *chProxy) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
-func (p *chProxy) close() {
-	p.ln.Close()
-	p.setDown(true)
-	p.wg.Wait()
-}
-
 // ClickHouse down: webhooks are still accepted and stay spooled; once it
 // is back, every response is written and every event logged.
 func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
@@ -582,12 +517,12 @@ func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	proxy := newCHProxy(t, addr)
-	defer proxy.close()
+	proxy := faultproxyNew(t, addr)
+	defer proxy.Close()
 	var rb [6]byte
 	rand.Read(rb[:])
 	db := "test_webhooke2e_" + hex.EncodeToString(rb[:])
-	sink, err := clickhouse.Open(ctx, clickhouse.Options{Addr: []string{proxy.ln.Addr().String()}, Database: db, DialTimeout: time.Second})
+	sink, err := clickhouse.Open(ctx, clickhouse.Options{Addr: []string{proxy.Addr()}, Database: db, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +556,7 @@ func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
 	wl := clickhouse.NewWebhookLog(sink)
 	proc := webhookrx.ProcessorFunc(func(ctx context.Context, ev webhookrx.Event) error {
 		done := make(chan error, 1)
-		if err := pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook",
+		if err := pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook", Urgent: true, // as cmd/surveysync's processor
 			Done: func(err error) { done <- err }}); err != nil {
 			return err
 		}
@@ -662,7 +597,7 @@ func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
 	}
 	url := "http://" + rx.Addr() + "/hooks/e2e-0123456789abcdef"
 
-	proxy.setDown(true)
+	proxy.SetDown(true)
 	const n = 30
 	for range n {
 		r, err := s.AddResponse(liveSurvey, survey.Response{})
@@ -684,7 +619,7 @@ func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
 	if v := gaugeValue(t, reg, "surveysync_webhook_spool_events"); v != n {
 		t.Fatalf("spool_events while ClickHouse is down = %v, want %d", v, n)
 	}
-	proxy.setDown(false)
+	proxy.SetDown(false)
 	count := func(q string) uint64 {
 		var c uint64
 		if err := direct.Conn().QueryRow(ctx, q).Scan(&c); err != nil {
@@ -721,4 +656,13 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not found", name)
 	return 0
+}
+
+func faultproxyNew(t *testing.T, target string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

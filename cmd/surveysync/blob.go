@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -65,11 +66,19 @@ func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client
 		}
 		return &blob.Download{Body: f.Body, ContentType: f.ContentType, FileName: f.FileName, Size: f.Size}, nil
 	})
+	// Downloads are spooled (hashed, size-checked) before they are stored;
+	// keep the spool beside the data, not in a small /tmp.
+	spoolDir := filepath.Join(cfg.Parquet.Dir, "_files_spool")
+	if err := os.MkdirAll(spoolDir, 0o750); err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("files spool: %w", err)
+	}
 	c := blob.NewCopier(bs, dl, idx, blob.Options{
 		MaxConcurrency:     cfg.Files.MaxConcurrency,
 		MaxSize:            int64(cfg.Files.MaxSize),
 		DeleteWithResponse: cfg.Files.DeleteWithResponse,
 		TypeMatch:          cfg.Files.TypeMatch,
+		SpoolDir:           spoolDir,
 		IsPermanent:        surveyapi.IsPermanent,
 		Logger:             log.With("component", "files"),
 		Registerer:         reg,

@@ -346,7 +346,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		intake.Go(func() error {
 			select {
 			case <-poller.FirstPassDone():
-				for copier != nil && !copier.Idle() {
+				for copier != nil && !copier.Drained() {
 					select {
 					case <-time.After(200 * time.Millisecond):
 					case <-intakeGCtx.Done():
