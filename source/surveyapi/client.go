@@ -391,9 +391,13 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 		res.err = &callError{op: rq.op, kind: ErrInvalidArgument, cause: err}
 		return res
 	}
-	req.Header = c.header.Clone()
+	if c.transport != nil {
+		req.Header = c.header // our transport only reads it (RoundTripper contract): share, no copy
+	} else {
+		req.Header = c.header.Clone() // an injected client's transport might not be so polite
+	}
 
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(req)
 	res.duration = time.Since(res.sentAt)
 	if err != nil {
 		stop()
@@ -480,6 +484,21 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 		}
 	}
 	return res
+}
+
+// send sends req. With the client's own transport it calls RoundTrip
+// directly: http.Client.Do would only add what the client does not want (a
+// redirect loop it refuses anyway, a second copy of the headers for
+// redirects, a cookie jar), at about five allocations per request.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	if c.transport == nil {
+		return c.hc.Do(req)
+	}
+	resp, err := c.transport.RoundTrip(req)
+	if err != nil {
+		return nil, &url.Error{Op: req.Method[:1] + strings.ToLower(req.Method[1:]), URL: req.URL.Redacted(), Err: err}
+	}
+	return resp, nil
 }
 
 // classifyNoAnswer fills res for a request that got no (complete) answer.
