@@ -353,7 +353,11 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 						return nil
 					}
 				}
-				fmt.Fprintf(stdout, "surveysync: every survey is caught up; the data is in %s\n", where)
+				var n int64
+				for _, st := range poller.States() {
+					n += st.Synced
+				}
+				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses written this run); the data is in %s\n", n, where)
 				printWhereToLook(stdout, cfg)
 				cancelIntake()
 			case <-intakeGCtx.Done():
@@ -408,6 +412,9 @@ func printWhereToLook(w io.Writer, cfg *config.Config) {
 	}
 	dir := cfg.Parquet.Dir
 	fmt.Fprintf(w, "  responses: %s\n  answers:   %s\n", filepath.Join(dir, flatten.TableResponses), filepath.Join(dir, flatten.TableAnswers))
+	if cfg.Files.Enabled {
+		fmt.Fprintf(w, "  uploaded files: %s (index: %s)\n", cfg.Files.URL, filepath.Join(dir, "uploaded_files.jsonl"))
+	}
 	fmt.Fprintf(w, "  e.g. duckdb -c \"SELECT response_status, count(*) FROM '%s/responses/**/*.parquet' GROUP BY 1\"\n", dir)
 }
 
