@@ -639,3 +639,40 @@ func TestWebhookMakesResponseQueryableFast(t *testing.T) {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	d.wait(t, 60*time.Second)
 }
+
+// Steady state: a response completed at the service is in
+// responses_current within one poll interval (plus the write), by polling
+// alone (no webhooks, no reconcile).
+func TestSteadyStateNewResponseWithinOnePollInterval(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	clock := time.Now().UTC().Add(-time.Minute)
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 300, 61), Now: now})
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 2s\n  settle_lag: 0s\n  overlap: 10m\n  reconcile_interval: 0s\n")
+	d := startDaemon(t, cfg)
+	waitConverged(t, e, w, 60*time.Second)
+	mu.Lock()
+	clock = time.Now().UTC()
+	mu.Unlock()
+	r, err := e.sim.AddResponse(e.ids[0], survey.Response{ResponseStatus: survey.StatusCompleted,
+		DateCreated: survey.Time{Time: clock.Add(-5 * time.Minute)}, DateCompleted: survey.TimeOf(clock)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		var n uint64
+		q := fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE response_id = toUUID('%s')", w.db, r.ResponseID)
+		if err := w.conn.QueryRow(context.Background(), q).Scan(&n); err == nil && n == 1 {
+			break
+		}
+		if time.Since(start) > 2*time.Second+3*time.Second {
+			t.Fatalf("new response not visible %v after it completed (poll interval 2s)", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("visible %v after completion (poll interval 2s)", time.Since(start))
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, 60*time.Second)
+}
