@@ -3,6 +3,7 @@ package surveyapi
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -21,6 +22,8 @@ var fastSeeds = []string{
 	`{"result": {"per_page": 1000, "page": 2, "total": 1002, "data": [{"response_id": "` + upperRID + `", "href": "https://api/x"}]}, "meta": {"requestId": "l1"}}`,
 	`{"result": {"per_page": 50, "page": 1, "total": 0, "data": []}}`,
 	`{"result": {"data": null}}`,
+	// Many small questions and answers in few bytes: the slabs must grow mid-question.
+	`{"result": {"response_id": "` + testRID + `", "pages": [{"id": 1, "questions": [` + strings.Repeat(`{"id": 1, "answers": [{}, {"value": 1}, {}]}, `, 60) + `{"id": 2, "answers": [` + strings.Repeat(`{"text": "x"}, `, 200) + `{}]}]}]}}`,
 	` {"result":{}} `,
 	`{"result": {}} x`,
 	`[]`,

@@ -103,6 +103,10 @@ func newMetrics(reg prometheus.Registerer, snapshot func() (limit, inFlight int)
 			m.requestsPre[i][j] = m.requests.WithLabelValues(op, oc)
 		}
 		m.durationPre[i] = m.duration.WithLabelValues(op)
+		// Retry series exist from the start, so rate() and alerts see the first one.
+		for _, reason := range []string{OutcomeRateLimited, OutcomeServerError, OutcomeNetwork, OutcomeTimeout} {
+			m.retries.WithLabelValues(op, reason)
+		}
 	}
 	for _, r := range []string{"quota", "unauthorized"} {
 		m.pausesTotal.WithLabelValues(r)

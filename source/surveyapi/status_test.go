@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -797,7 +798,9 @@ func TestNewValidates(t *testing.T) {
 	if _, err := New(Options{BaseURL: o.BaseURL + "/", Token: o.Token, UserAgent: o.UserAgent}); err != nil {
 		t.Errorf("trailing slash: %v", err)
 	}
-	for _, s := range []string{fmtV(good), fmtSharpV(good)} {
+	var logged strings.Builder
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("starting", "api", good)
+	for _, s := range []string{fmtV(good), fmtSharpV(good), logged.String()} {
 		if strings.Contains(s, testToken) {
 			t.Errorf("printing Options shows the token: %s", s)
 		}
@@ -828,5 +831,37 @@ func TestStatus401ProbeAnswered5xxStaysUnhealthy(t *testing.T) {
 	}
 	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("after the probe: %v", err)
+	}
+}
+
+// A success whose body is cut short: a GET is retried; a POST is uncertain
+// (the service answered 201: it acted).
+func TestBodyCutShort(t *testing.T) {
+	var n atomic.Int64
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodGet && n.Add(1) > 1 {
+			w.Write(responseJSON(testRID))
+			return
+		}
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		bw.WriteString("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"result\": {\"id\": 5")
+		bw.Flush()
+		conn.Close()
+	})
+	h := newClient(t, s.URL, nil)
+	if _, err := h.c.GetResponse(context.Background(), 4574, testRID); err != nil {
+		t.Fatalf("GET after a cut body: %v", err)
+	}
+	if h.c.Count(OpGetResponse, OutcomeNetwork) != 1 {
+		t.Errorf("counts = %+v", h.c.Stats().Requests)
+	}
+	_, err := h.c.CreateContact(context.Background(), 7, survey.Contact{Email: "a@b.cz"})
+	if !errors.Is(err, ErrUncertain) || !strings.Contains(err.Error(), "HTTP 201 answered, body cut short") {
+		t.Fatalf("POST: %v", err)
 	}
 }
