@@ -5,7 +5,9 @@
 // its full path (limiter, retries bookkeeping, metrics, single-pass decode
 // into survey.Response) at 16, 64 and 256 concurrent requests. Both run in
 // this process on the same cores, alternating in short rounds so that the
-// machine's load drifts equally over both; the medians are reported.
+// machine's load drifts equally over both; the medians are reported, as
+// requests per wall-clock second and per CPU-second of the process (the
+// latter does not depend on what else the shared machine is running).
 //
 // TestClientSmoke always runs (a fraction of a second). The figures of
 // docs/benchmarks.md ("Client vs emulator (issue 2)") come from
@@ -31,6 +33,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,10 +98,23 @@ func newClient(t testing.TB, e *env, conc int) *surveyapi.Client {
 type result struct {
 	n          int64
 	elapsed    time.Duration
-	bytesAlloc uint64 // whole process (emulator + caller)
+	cpu        time.Duration // process CPU time (user + system): emulator + caller
+	bytesAlloc uint64        // whole process (emulator + caller)
 }
 
 func (r result) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+// cpuRate is requests per CPU-second of the process: what the rate would be
+// on one dedicated core, whatever else the machine is doing.
+func (r result) cpuRate() float64 { return float64(r.n) / r.cpu.Seconds() }
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // run calls do from conc goroutines for d and counts the calls.
 func run(t testing.TB, conc int, d time.Duration, do func(i int) error) result {
@@ -107,6 +123,7 @@ func run(t testing.TB, conc int, d time.Duration, do func(i int) error) result {
 	var wg sync.WaitGroup
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	c0 := cpuTime()
 	t0 := time.Now()
 	for g := range conc {
 		wg.Go(func() {
@@ -123,8 +140,9 @@ func run(t testing.TB, conc int, d time.Duration, do func(i int) error) result {
 	stop.Store(true)
 	wg.Wait()
 	el := time.Since(t0)
+	cpu := cpuTime() - c0
 	runtime.ReadMemStats(&ms1)
-	return result{n: n.Load(), elapsed: el, bytesAlloc: ms1.TotalAlloc - ms0.TotalAlloc}
+	return result{n: n.Load(), elapsed: el, cpu: cpu, bytesAlloc: ms1.TotalAlloc - ms0.TotalAlloc}
 }
 
 // rawGet is the trivial client: one GET with the API headers, body read and dropped.
@@ -165,7 +183,8 @@ func clientGetter(t testing.TB, e *env, conc int) func(i int) error {
 type row struct {
 	conc                 int
 	raw, client          []result
-	rawMedian, cliMedian float64
+	rawMedian, cliMedian float64 // req/s, wall clock
+	rawCPU, cliCPU       float64 // req per CPU-second
 	rawKB, cliKB         float64
 }
 
@@ -191,12 +210,26 @@ func measure(t *testing.T, e *env, concs []int, rounds int, d time.Duration) []r
 		closeRaw()
 		rw.rawMedian = median(rw.raw, result.rate)
 		rw.cliMedian = median(rw.client, result.rate)
+		rw.rawCPU = median(rw.raw, result.cpuRate)
+		rw.cliCPU = median(rw.client, result.cpuRate)
 		perReqKB := func(r result) float64 { return float64(r.bytesAlloc) / float64(r.n) / 1024 }
 		rw.rawKB = median(rw.raw, perReqKB)
 		rw.cliKB = median(rw.client, perReqKB)
 		rows = append(rows, rw)
 	}
 	return rows
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func TestClientSmoke(t *testing.T) {
@@ -221,25 +254,28 @@ func TestClientVsEmulator(t *testing.T) {
 	e := newEnv(t, 100000)
 	rows := measure(t, e, []int{16, 64, 256}, rounds, time.Duration(secs*float64(time.Second)))
 
-	ceiling := 0.0
+	ceiling, ceilingCPU := 0.0, 0.0
 	for _, r := range rows {
 		ceiling = max(ceiling, r.rawMedian)
+		ceilingCPU = max(ceilingCPU, r.rawCPU)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "GOMAXPROCS=%d, %s, %s\n", runtime.GOMAXPROCS(0), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "| concurrent requests | raw client (emulator ceiling) | surveyapi.Client (full decode) | client / raw | client / best raw | alloc per request raw → client (whole process) |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "GOMAXPROCS=%d, %s, %s, load average %s\n", runtime.GOMAXPROCS(0), runtime.Version(), time.Now().UTC().Format(time.RFC3339), loadAvg())
+	fmt.Fprintf(&b, "| concurrent requests | raw client: req/s (per CPU-s) | surveyapi.Client: req/s (per CPU-s) | client / raw, wall clock | client / raw, per CPU-s | client / best raw, per CPU-s | alloc per request raw → client (whole process) |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %.0f req/s | %.0f req/s | %.0f %% | %.0f %% | %.1f KB → %.1f KB (+%.1f KB) |\n",
-			r.conc, r.rawMedian, r.cliMedian, 100*r.cliMedian/r.rawMedian, 100*r.cliMedian/ceiling, r.rawKB, r.cliKB, r.cliKB-r.rawKB)
+		fmt.Fprintf(&b, "| %d | %.0f (%.0f) | %.0f (%.0f) | %.0f %% | %.0f %% | %.0f %% | %.1f KB → %.1f KB (+%.1f KB) |\n",
+			r.conc, r.rawMedian, r.rawCPU, r.cliMedian, r.cliCPU, 100*r.cliMedian/r.rawMedian, 100*r.cliCPU/r.rawCPU,
+			100*r.cliCPU/ceilingCPU, r.rawKB, r.cliKB, r.cliKB-r.rawKB)
 	}
+	fmt.Fprintf(&b, "emulator ceiling (best raw median): %.0f req/s wall clock, %.0f req per CPU-second\n", ceiling, ceilingCPU)
 	for _, r := range rows {
 		var raw, cli []string
 		for i := range r.raw {
-			raw = append(raw, fmt.Sprintf("%.0f", r.raw[i].rate()))
-			cli = append(cli, fmt.Sprintf("%.0f", r.client[i].rate()))
+			raw = append(raw, fmt.Sprintf("%.0f/%.0f", r.raw[i].rate(), r.raw[i].cpuRate()))
+			cli = append(cli, fmt.Sprintf("%.0f/%.0f", r.client[i].rate(), r.client[i].cpuRate()))
 		}
-		fmt.Fprintf(&b, "rounds at %d: raw %s; client %s\n", r.conc, strings.Join(raw, " "), strings.Join(cli, " "))
+		fmt.Fprintf(&b, "rounds at %d (req/s / req per CPU-s): raw %s; client %s\n", r.conc, strings.Join(raw, " "), strings.Join(cli, " "))
 	}
 	t.Log("\n" + b.String())
 	if out := os.Getenv("SURVEYSYNC_BENCH_OUT"); out != "" {
