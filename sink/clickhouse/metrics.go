@@ -49,6 +49,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.batchRows, err = register(reg, m.batchRows); err != nil {
 		return nil, err
 	}
+	for _, t := range []string{"responses", "answers"} {
+		m.insertErrors.WithLabelValues(t) // exists before the first error, for rate() and alerts
+	}
 	return m, nil
 }
 

@@ -80,6 +80,9 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 			calls: make(chan struct{}, fo.Concurrency),
 		}
 		r.order = append(r.order, fo.Name)
+		if fo.Send.MessageID != 0 {
+			m.sendFailures.WithLabelValues(fo.Name) // exists before the first failure, for alerts
+		}
 	}
 	for _, f := range r.feeds {
 		f.mapper.opts = &f.opts
