@@ -38,8 +38,13 @@ type jreader struct {
 
 // slab hands out contiguous runs of T (the elements of one slice) from
 // shared backing arrays, so that a response's questions and answers cost a
-// few allocations instead of one per question.
-type slab[T any] struct{ buf []T }
+// few allocations instead of one per question. A new backing array holds
+// at least size elements (and at least 4); a slab that starts empty (one
+// of its own for a single slice) allocates nothing for [].
+type slab[T any] struct {
+	buf  []T
+	size int
+}
 
 // add appends a zero T to the run that began at *start and returns it. When
 // the backing array is full, the run so far moves to a new one (pointers
@@ -48,7 +53,7 @@ type slab[T any] struct{ buf []T }
 func (s *slab[T]) add(start *int) *T {
 	if len(s.buf) == cap(s.buf) {
 		run := s.buf[*start:]
-		nb := make([]T, len(run), max(16, 2*cap(s.buf), 2*len(run)))
+		nb := make([]T, len(run), max(4, s.size, 2*cap(s.buf), 2*len(run)))
 		copy(nb, run)
 		s.buf, *start = nb, 0
 	}
@@ -311,8 +316,8 @@ func newReader(body []byte, src string) jreader {
 	return jreader{
 		b:    body,
 		src:  src,
-		qs:   slab[survey.Question]{buf: make([]survey.Question, 0, n/300+4)},
-		as:   slab[survey.Answer]{buf: make([]survey.Answer, 0, n/150+4)},
+		qs:   slab[survey.Question]{buf: make([]survey.Question, 0, n/300+4), size: 16},
+		as:   slab[survey.Answer]{buf: make([]survey.Answer, 0, n/150+4), size: 16},
 		ints: make([]survey.FlexInt, 0, n/100+8),
 		strs: make([]string, 0, n/120+8),
 	}
@@ -334,6 +339,17 @@ func (r *jreader) strInto(dst *string) bool {
 	return ok
 }
 
+// keep returns a pointer to a copy of v in *pool, which hands out many
+// (one allocation per chunk instead of one per value). A full chunk is left
+// as it is to the pointers into it: the next one is a new array.
+func keep[T any](pool *[]T, v T) *T {
+	if len(*pool) == cap(*pool) {
+		*pool = make([]T, 0, max(16, cap(*pool)))
+	}
+	*pool = append(*pool, v)
+	return &(*pool)[len(*pool)-1]
+}
+
 // strPtr reads an optional string: null sets nil. The string headers
 // come from a slab, as FlexInts do.
 func (r *jreader) strPtr(dst **string) bool {
@@ -345,11 +361,7 @@ func (r *jreader) strPtr(dst **string) bool {
 	if !ok {
 		return false
 	}
-	if len(r.strs) == cap(r.strs) {
-		r.strs = make([]string, 0, max(16, cap(r.strs)))
-	}
-	r.strs = append(r.strs, s)
-	*dst = &r.strs[len(r.strs)-1]
+	*dst = keep(&r.strs, s)
 	return true
 }
 
@@ -471,26 +483,24 @@ func (r *jreader) flexPtr(dst **survey.FlexInt) bool {
 		}
 		v = survey.FlexInt(n)
 	}
-	if len(r.ints) == cap(r.ints) {
-		r.ints = make([]survey.FlexInt, 0, max(16, cap(r.ints)))
-	}
-	r.ints = append(r.ints, v)
-	*dst = &r.ints[len(r.ints)-1]
+	*dst = keep(&r.ints, v)
 	return true
 }
 
-// guid reads a GUID string (no escapes). A canonical lower-case one is
-// used as it is (survey.ParseGUID would return the same value).
-func (r *jreader) guid() (survey.GUID, bool) {
+// guid reads a GUID string (no escapes) into *dst. A canonical lower-case
+// one is used as it is (survey.ParseGUID would return the same value).
+func (r *jreader) guid(dst *survey.GUID) bool {
 	s, esc, ok := r.rawString()
 	if !ok || esc {
-		return "", false
+		return false
 	}
 	if lowerGUID(s) {
-		return survey.GUID(r.substr(s)), true
+		*dst = survey.GUID(r.substr(s))
+		return true
 	}
 	g, err := survey.ParseGUID(r.substr(s))
-	return g, err == nil
+	*dst = g
+	return err == nil
 }
 
 func lowerGUID(s []byte) bool {
@@ -512,14 +522,15 @@ func lowerGUID(s []byte) bool {
 	return true
 }
 
-// time reads a timestamp string (no escapes).
-func (r *jreader) time() (survey.Time, bool) {
+// time reads a timestamp string (no escapes) into *dst.
+func (r *jreader) time(dst *survey.Time) bool {
 	s, esc, ok := r.rawString()
 	if !ok || esc {
-		return survey.Time{}, false
+		return false
 	}
 	t, err := survey.ParseTime(r.substr(s))
-	return survey.Time{Time: t}, err == nil
+	*dst = survey.Time{Time: t}
+	return err == nil
 }
 
 // key reads the next key of an object: done at '}'. Keys with escapes give up.
@@ -549,6 +560,58 @@ func (r *jreader) elem(first *bool) (done, ok bool) {
 		return false, true
 	}
 	return false, r.consume(',')
+}
+
+// object reads an object into t, calling field with each key once the
+// reader is at its value; field reads the value and reports whether it could.
+func object[T any](r *jreader, t *T, field func(r *jreader, t *T, k []byte) bool) bool {
+	if !r.consume('{') {
+		return false
+	}
+	for first := true; ; {
+		k, done, ok := r.key(&first)
+		if !ok || done {
+			return ok
+		}
+		if !field(r, t, k) {
+			return false
+		}
+	}
+}
+
+// members is object for the envelope and its meta, whose decoded values and
+// state live in field's closure (nothing for object to pass: a pointer
+// handed to field would escape to the heap).
+func (r *jreader) members(field func(k []byte) bool) bool {
+	return object(r, (*struct{})(nil), func(r *jreader, _ *struct{}, k []byte) bool { return field(k) })
+}
+
+// objects reads an array of objects into *dst: null sets nil, [] an empty
+// non-nil slice (as encoding/json does). The elements are a run of s, each
+// read by object with field. An element is complete before the next one is
+// added (see slab.add): field must not add to s.
+func objects[T any](r *jreader, dst *[]T, s *slab[T], field func(r *jreader, t *T, k []byte) bool) bool {
+	if r.null() {
+		*dst = nil
+		return true
+	}
+	if !r.consume('[') {
+		return false
+	}
+	start := len(s.buf)
+	for first := true; ; {
+		done, ok := r.elem(&first)
+		if !ok {
+			return false
+		}
+		if done {
+			*dst = s.run(start)
+			return true
+		}
+		if !object(r, s.add(&start), field) {
+			return false
+		}
+	}
 }
 
 // once reports whether k, if it is one of fields, is seen for the first
@@ -689,44 +752,23 @@ func (r *jreader) number() bool {
 // result value (not null). It returns the request id and whether a
 // non-null result was seen.
 func (r *jreader) envelope(result func(r *jreader) bool) (reqID string, has, ok bool) {
-	if !r.consume('{') {
-		return "", false, false
-	}
 	var camel, snake string
 	var seen uint32
-	first := true
-	for {
-		k, done, ok := r.key(&first)
-		if !ok {
-			return "", false, false
-		}
-		if done {
-			break
-		}
+	ok = r.members(func(k []byte) bool {
 		if !once(&seen, k, envelopeFields) {
-			return "", false, false
+			return false
 		}
 		switch string(k) {
 		case "result":
-			if r.null() {
-				has = false
-				continue
-			}
-			if !result(r) {
-				return "", false, false
-			}
-			has = true
+			has = !r.null()
+			return !has || result(r)
 		case "meta":
-			if !r.meta(&camel, &snake) {
-				return "", false, false
-			}
+			return r.meta(&camel, &snake)
 		default:
-			if !r.unknown(k, envelopeFields...) {
-				return "", false, false
-			}
+			return r.unknown(k, envelopeFields...)
 		}
-	}
-	if !r.end() {
+	})
+	if !ok || !r.end() {
 		return "", false, false
 	}
 	if camel != "" {
@@ -739,53 +781,40 @@ func (r *jreader) meta(camel, snake *string) bool {
 	if r.null() {
 		return true
 	}
-	if !r.consume('{') {
-		return false
-	}
 	var seen uint32
-	first := true
-	for {
-		k, done, ok := r.key(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			return true
-		}
+	return r.members(func(k []byte) bool {
 		if !once(&seen, k, metaFields) {
 			return false
 		}
 		switch string(k) {
 		case "requestId":
-			ok = r.strInto(camel)
+			return r.strInto(camel)
 		case "request_id":
-			ok = r.strInto(snake)
+			return r.strInto(snake)
 		case "http_status", "status_code":
-			ok = r.skip(0)
+			return r.skip(0)
 		default: // errors, message: typed in the generic decoder; rare on success
-			ok = r.unknown(k, metaFields...)
+			return r.unknown(k, metaFields...)
 		}
-		if !ok {
-			return false
-		}
-	}
+	})
 }
 
 // fastResponse decodes a detail envelope. ok=false: use encoding/json.
 // The decoded strings share one copy of body.
 func fastResponse(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	return fastResponseFrom(newReader(body, string(body)))
+	return fastResult(newReader(body, string(body)), (*jreader).response)
 }
 
 // fastResponseOwned is fastResponse for a body the caller gives up (see
 // owned): no copy at all.
 func fastResponseOwned(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	return fastResponseFrom(newReader(body, owned(body)))
+	return fastResult(newReader(body, owned(body)), (*jreader).response)
 }
 
-func fastResponseFrom(r jreader) (resp *survey.Response, reqID string, ok bool) {
-	var out survey.Response
-	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.response(&out) })
+// fastResult decodes an envelope whose result is an object read by field.
+func fastResult[T any](r jreader, field func(r *jreader, t *T, k []byte) bool) (result *T, reqID string, ok bool) {
+	var out T
+	reqID, has, ok := r.envelope(func(r *jreader) bool { return object(r, &out, field) })
 	if !ok {
 		return nil, "", false
 	}
@@ -807,389 +836,153 @@ var (
 var responseFields = []string{"response_id", "survey_id", "contact_id", "distribution_id", "survey_name", "ip_address",
 	"date_created", "date_completed", "total_time", "response_status", "url_parameters", "pages"}
 
-func (r *jreader) response(out *survey.Response) bool {
-	if !r.consume('{') {
-		return false
-	}
-	first := true
-	for {
-		k, done, ok := r.key(&first)
-		if !ok {
-			return false
-		}
-		if done {
+func (r *jreader) response(out *survey.Response, k []byte) bool {
+	switch string(k) {
+	case "response_id":
+		return r.guid(&out.ResponseID)
+	case "survey_id":
+		return r.intInto(&out.SurveyID)
+	case "contact_id":
+		return r.intPtr(&out.ContactID)
+	case "distribution_id":
+		return r.intPtr(&out.DistributionID)
+	case "survey_name":
+		return r.strInto(&out.SurveyName)
+	case "ip_address":
+		return r.strInto(&out.IPAddress)
+	case "response_status":
+		return r.strInto(&out.ResponseStatus)
+	case "date_created":
+		return r.null() || r.time(&out.DateCreated)
+	case "date_completed":
+		if r.null() {
+			out.DateCompleted = nil
 			return true
 		}
-		switch string(k) {
-		case "response_id":
-			out.ResponseID, ok = r.guid()
-		case "survey_id":
-			ok = r.intInto(&out.SurveyID)
-		case "contact_id":
-			ok = r.intPtr(&out.ContactID)
-		case "distribution_id":
-			ok = r.intPtr(&out.DistributionID)
-		case "survey_name":
-			ok = r.strInto(&out.SurveyName)
-		case "ip_address":
-			ok = r.strInto(&out.IPAddress)
-		case "response_status":
-			ok = r.strInto(&out.ResponseStatus)
-		case "date_created":
-			if !r.null() {
-				out.DateCreated, ok = r.time()
-			}
-		case "date_completed":
-			if r.null() {
-				out.DateCompleted = nil
-			} else {
-				var t survey.Time
-				t, ok = r.time()
-				out.DateCompleted = &t
-			}
-		case "total_time":
-			ok = r.flexPtr(&out.TotalTime)
-		case "url_parameters":
-			ok = len(out.URLParameters) == 0 && r.urlParameters(&out.URLParameters)
-		case "pages":
-			ok = len(out.Pages) == 0 && r.pages(&out.Pages)
-		default:
-			ok = r.unknown(k, responseFields...)
-		}
-		if !ok {
-			return false
-		}
+		out.DateCompleted = new(survey.Time)
+		return r.time(out.DateCompleted)
+	case "total_time":
+		return r.flexPtr(&out.TotalTime)
+	case "url_parameters":
+		s := slab[survey.URLParameter]{size: 4}
+		return len(out.URLParameters) == 0 && objects(r, &out.URLParameters, &s, (*jreader).urlParameter)
+	case "pages":
+		s := slab[survey.Page]{size: 8}
+		return len(out.Pages) == 0 && objects(r, &out.Pages, &s, (*jreader).page)
+	default:
+		return r.unknown(k, responseFields...)
 	}
 }
 
-func (r *jreader) urlParameters(dst *[]survey.URLParameter) bool {
-	if r.null() {
-		*dst = nil
-		return true
+func (r *jreader) urlParameter(p *survey.URLParameter, k []byte) bool {
+	switch string(k) {
+	case "name":
+		return r.strInto(&p.Name)
+	case "value":
+		return r.strInto(&p.Value)
+	default:
+		return r.unknown(k, urlParamFields...)
 	}
-	if !r.consume('[') {
-		return false
-	}
-	out := (*dst)[:0:0]
-	first := true
-	for {
-		done, ok := r.elem(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			break
-		}
-		var p survey.URLParameter
-		if !r.consume('{') {
-			return false
-		}
-		f := true
-		for {
-			k, done, ok := r.key(&f)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
-			switch string(k) {
-			case "name":
-				ok = r.strInto(&p.Name)
-			case "value":
-				ok = r.strInto(&p.Value)
-			default:
-				ok = r.unknown(k, urlParamFields...)
-			}
-			if !ok {
-				return false
-			}
-		}
-		out = append(out, p)
-	}
-	if out == nil {
-		out = []survey.URLParameter{}
-	}
-	*dst = out
-	return true
 }
 
-func (r *jreader) pages(dst *[]survey.Page) bool {
-	if r.null() {
-		*dst = nil
-		return true
+func (r *jreader) page(p *survey.Page, k []byte) bool {
+	switch string(k) {
+	case "id":
+		return r.intInto(&p.ID)
+	case "questions":
+		return len(p.Questions) == 0 && objects(r, &p.Questions, &r.qs, (*jreader).question)
+	default:
+		return r.unknown(k, pageFields...)
 	}
-	if !r.consume('[') {
-		return false
-	}
-	out := make([]survey.Page, 0, 8)
-	first := true
-	for {
-		done, ok := r.elem(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			break
-		}
-		out = append(out, survey.Page{})
-		p := &out[len(out)-1]
-		if !r.consume('{') {
-			return false
-		}
-		f := true
-		for {
-			k, done, ok := r.key(&f)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
-			switch string(k) {
-			case "id":
-				ok = r.intInto(&p.ID)
-			case "questions":
-				ok = len(p.Questions) == 0 && r.questions(&p.Questions)
-			default:
-				ok = r.unknown(k, pageFields...)
-			}
-			if !ok {
-				return false
-			}
-		}
-	}
-	*dst = out
-	return true
 }
 
 var questionFields = []string{"id", "type", "title", "variable", "answers"}
 
-func (r *jreader) questions(dst *[]survey.Question) bool {
-	if r.null() {
-		*dst = nil
-		return true
+func (r *jreader) question(q *survey.Question, k []byte) bool {
+	switch string(k) {
+	case "id":
+		return r.intInto(&q.ID)
+	case "type":
+		return r.strInto(&q.Type)
+	case "title":
+		return r.strInto(&q.Title)
+	case "variable":
+		return r.strInto(&q.Variable)
+	case "answers":
+		return len(q.Answers) == 0 && objects(r, &q.Answers, &r.as, (*jreader).answer)
+	default:
+		return r.unknown(k, questionFields...)
 	}
-	if !r.consume('[') {
-		return false
-	}
-	start := len(r.qs.buf)
-	first := true
-	for {
-		done, ok := r.elem(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			break
-		}
-		q := r.qs.add(&start)
-		if !r.consume('{') {
-			return false
-		}
-		f := true
-		for {
-			k, done, ok := r.key(&f)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
-			switch string(k) {
-			case "id":
-				ok = r.intInto(&q.ID)
-			case "type":
-				ok = r.strInto(&q.Type)
-			case "title":
-				ok = r.strInto(&q.Title)
-			case "variable":
-				ok = r.strInto(&q.Variable)
-			case "answers":
-				ok = len(q.Answers) == 0 && r.answers(&q.Answers)
-			default:
-				ok = r.unknown(k, questionFields...)
-			}
-			if !ok {
-				return false
-			}
-		}
-	}
-	*dst = r.qs.run(start)
-	return true
 }
 
 var answerFields = []string{"row_id", "row_label", "column_id", "column_label", "choice_id", "choice_label",
 	"other_id", "text", "value", "file_id"}
 
-func (r *jreader) answers(dst *[]survey.Answer) bool {
-	if r.null() {
-		*dst = nil
-		return true
+func (r *jreader) answer(a *survey.Answer, k []byte) bool {
+	switch string(k) {
+	case "row_id":
+		return r.flexPtr(&a.RowID)
+	case "column_id":
+		return r.flexPtr(&a.ColumnID)
+	case "choice_id":
+		return r.flexPtr(&a.ChoiceID)
+	case "other_id":
+		return r.flexPtr(&a.OtherID)
+	case "value":
+		return r.flexPtr(&a.Value)
+	case "row_label":
+		return r.strPtr(&a.RowLabel)
+	case "column_label":
+		return r.strPtr(&a.ColumnLabel)
+	case "choice_label":
+		return r.strPtr(&a.ChoiceLabel)
+	case "text":
+		return r.strPtr(&a.Text)
+	case "file_id":
+		if r.null() {
+			a.FileID = nil
+			return true
+		}
+		a.FileID = new(survey.GUID)
+		return r.guid(a.FileID)
+	default:
+		return r.unknown(k, answerFields...)
 	}
-	if !r.consume('[') {
-		return false
-	}
-	start := len(r.as.buf)
-	first := true
-	for {
-		done, ok := r.elem(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			break
-		}
-		a := r.as.add(&start)
-		if !r.consume('{') {
-			return false
-		}
-		f := true
-		for {
-			k, done, ok := r.key(&f)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
-			switch string(k) {
-			case "row_id":
-				ok = r.flexPtr(&a.RowID)
-			case "column_id":
-				ok = r.flexPtr(&a.ColumnID)
-			case "choice_id":
-				ok = r.flexPtr(&a.ChoiceID)
-			case "other_id":
-				ok = r.flexPtr(&a.OtherID)
-			case "value":
-				ok = r.flexPtr(&a.Value)
-			case "row_label":
-				ok = r.strPtr(&a.RowLabel)
-			case "column_label":
-				ok = r.strPtr(&a.ColumnLabel)
-			case "choice_label":
-				ok = r.strPtr(&a.ChoiceLabel)
-			case "text":
-				ok = r.strPtr(&a.Text)
-			case "file_id":
-				if r.null() {
-					a.FileID = nil
-				} else {
-					var g survey.GUID
-					g, ok = r.guid()
-					a.FileID = &g
-				}
-			default:
-				ok = r.unknown(k, answerFields...)
-			}
-			if !ok {
-				return false
-			}
-		}
-	}
-	*dst = r.as.run(start)
-	return true
 }
 
 // fastList decodes a list envelope. ok=false: use encoding/json.
 func fastList(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	return fastListFrom(newReader(body, string(body)))
+	return fastResult(newReader(body, string(body)), (*jreader).list)
 }
 
 // fastListOwned is fastList for a body the caller gives up (see owned).
 func fastListOwned(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	return fastListFrom(newReader(body, owned(body)))
+	return fastResult(newReader(body, owned(body)), (*jreader).list)
 }
 
-func fastListFrom(r jreader) (list *survey.ResponseList, reqID string, ok bool) {
-	var out survey.ResponseList
-	reqID, has, ok := r.envelope(func(r *jreader) bool { return r.list(&out) })
-	if !ok {
-		return nil, "", false
-	}
-	if !has {
-		return nil, reqID, true
-	}
-	return &out, reqID, true
-}
-
-func (r *jreader) list(out *survey.ResponseList) bool {
-	if !r.consume('{') {
-		return false
-	}
-	first := true
-	for {
-		k, done, ok := r.key(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			return true
-		}
-		switch string(k) {
-		case "per_page":
-			ok = r.intIntoInt(&out.PerPage)
-		case "page":
-			ok = r.intIntoInt(&out.Page)
-		case "total":
-			ok = r.intIntoInt(&out.Total)
-		case "data":
-			ok = len(out.Data) == 0 && r.refs(&out.Data)
-		default:
-			ok = r.unknown(k, listFields...)
-		}
-		if !ok {
-			return false
-		}
+func (r *jreader) list(out *survey.ResponseList, k []byte) bool {
+	switch string(k) {
+	case "per_page":
+		return r.intIntoInt(&out.PerPage)
+	case "page":
+		return r.intIntoInt(&out.Page)
+	case "total":
+		return r.intIntoInt(&out.Total)
+	case "data":
+		s := slab[survey.ResponseRef]{size: 64}
+		return len(out.Data) == 0 && objects(r, &out.Data, &s, (*jreader).ref)
+	default:
+		return r.unknown(k, listFields...)
 	}
 }
 
-func (r *jreader) refs(dst *[]survey.ResponseRef) bool {
-	if r.null() {
-		*dst = nil
-		return true
+func (r *jreader) ref(ref *survey.ResponseRef, k []byte) bool {
+	switch string(k) {
+	case "response_id":
+		return r.guid(&ref.ResponseID)
+	case "href":
+		return r.strInto(&ref.Href)
+	default:
+		return r.unknown(k, refFields...)
 	}
-	if !r.consume('[') {
-		return false
-	}
-	out := make([]survey.ResponseRef, 0, 64)
-	first := true
-	for {
-		done, ok := r.elem(&first)
-		if !ok {
-			return false
-		}
-		if done {
-			break
-		}
-		out = append(out, survey.ResponseRef{})
-		ref := &out[len(out)-1]
-		if !r.consume('{') {
-			return false
-		}
-		f := true
-		for {
-			k, done, ok := r.key(&f)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
-			switch string(k) {
-			case "response_id":
-				ref.ResponseID, ok = r.guid()
-			case "href":
-				ok = r.strInto(&ref.Href)
-			default:
-				ok = r.unknown(k, refFields...)
-			}
-			if !ok {
-				return false
-			}
-		}
-	}
-	*dst = out
-	return true
 }
