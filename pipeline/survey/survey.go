@@ -33,12 +33,14 @@ const (
 type GUID string
 
 // ParseGUID validates s as a canonical GUID and returns it in lower case.
+// A GUID already in lower case is returned without a copy.
 func ParseGUID(s string) (GUID, error) {
 	if len(s) != 36 {
 		return "", fmt.Errorf("invalid guid %q: want 36 characters in 8-4-4-4-12 form", s)
 	}
-	b := []byte(s)
-	for i, c := range b {
+	upper := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		switch i {
 		case 8, 13, 18, 23:
 			if c != '-' {
@@ -49,9 +51,18 @@ func ParseGUID(s string) (GUID, error) {
 		switch {
 		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
 		case c >= 'A' && c <= 'F':
-			b[i] = c + ('a' - 'A')
+			upper = true
 		default:
 			return "", fmt.Errorf("invalid guid %q: %q is not hexadecimal", s, c)
+		}
+	}
+	if !upper {
+		return GUID(s), nil
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'F' {
+			b[i] = c + ('a' - 'A')
 		}
 	}
 	return GUID(b), nil
