@@ -15,9 +15,10 @@
 //
 //	SURVEYSYNC_BENCH_CLIENT=1 go test -run TestClientVsEmulator -v -timeout 20m ./bench/clientbench/
 //
-// SURVEYSYNC_BENCH_ROUNDS (default 5) and SURVEYSYNC_BENCH_SECONDS (per
-// round, default 2) shorten or lengthen it; SURVEYSYNC_BENCH_OUT=file also
-// writes the table there.
+// SURVEYSYNC_BENCH_ROUNDS (default 9) and SURVEYSYNC_BENCH_SECONDS (per
+// round, default 1) shorten or lengthen it, SURVEYSYNC_BENCH_CONC (default
+// 16,64,256) picks the concurrencies; SURVEYSYNC_BENCH_OUT=file also writes
+// the table there.
 package clientbench_test
 
 import (
@@ -185,6 +186,7 @@ type row struct {
 	raw, client          []result
 	rawMedian, cliMedian float64 // req/s, wall clock
 	rawCPU, cliCPU       float64 // req per CPU-second
+	ratio, ratioCPU      float64 // median over rounds of client / raw of the same round
 	rawKB, cliKB         float64
 }
 
@@ -193,25 +195,53 @@ func median(rs []result, f func(result) float64) float64 {
 	for i, r := range rs {
 		v[i] = f(r)
 	}
+	return medianOf(v)
+}
+
+func medianOf(v []float64) float64 {
+	v = slices.Clone(v)
 	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
 	return v[len(v)/2]
 }
 
+// measure runs, per concurrency, rounds of the raw client and of
+// surveyapi.Client back to back (alternating which goes first, after a
+// GC each, so that neither inherits the other's garbage), and takes the
+// ratio within each round: the machine's load drifts, but hardly within
+// one round. The median of those ratios is the figure.
 func measure(t *testing.T, e *env, concs []int, rounds int, d time.Duration) []row {
 	var rows []row
 	for _, conc := range concs {
 		rw := row{conc: conc}
 		raw, closeRaw := rawGetter(e, conc)
 		cli := clientGetter(t, e, conc)
-		for range rounds {
-			rw.raw = append(rw.raw, run(t, conc, d, raw))
-			rw.client = append(rw.client, run(t, conc, d, cli))
+		var ratios, ratiosCPU []float64
+		for i := range rounds {
+			var r, c result
+			if i%2 == 0 {
+				runtime.GC()
+				r = run(t, conc, d, raw)
+				runtime.GC()
+				c = run(t, conc, d, cli)
+			} else {
+				runtime.GC()
+				c = run(t, conc, d, cli)
+				runtime.GC()
+				r = run(t, conc, d, raw)
+			}
+			rw.raw, rw.client = append(rw.raw, r), append(rw.client, c)
+			ratios = append(ratios, c.rate()/r.rate())
+			ratiosCPU = append(ratiosCPU, c.cpuRate()/r.cpuRate())
 		}
 		closeRaw()
 		rw.rawMedian = median(rw.raw, result.rate)
 		rw.cliMedian = median(rw.client, result.rate)
 		rw.rawCPU = median(rw.raw, result.cpuRate)
 		rw.cliCPU = median(rw.client, result.cpuRate)
+		rw.ratio, rw.ratioCPU = medianOf(ratios), medianOf(ratiosCPU)
 		perReqKB := func(r result) float64 { return float64(r.bytesAlloc) / float64(r.n) / 1024 }
 		rw.rawKB = median(rw.raw, perReqKB)
 		rw.cliKB = median(rw.client, perReqKB)
@@ -244,7 +274,7 @@ func TestClientVsEmulator(t *testing.T) {
 	if os.Getenv("SURVEYSYNC_BENCH_CLIENT") == "" {
 		t.Skip("set SURVEYSYNC_BENCH_CLIENT=1 to run the client-vs-emulator benchmark")
 	}
-	rounds, secs := 5, 2.0
+	rounds, secs := 9, 1.0
 	if v, err := strconv.Atoi(os.Getenv("SURVEYSYNC_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
@@ -252,7 +282,18 @@ func TestClientVsEmulator(t *testing.T) {
 		secs = v
 	}
 	e := newEnv(t, 100000)
-	rows := measure(t, e, []int{16, 64, 256}, rounds, time.Duration(secs*float64(time.Second)))
+	concs := []int{16, 64, 256}
+	if v := os.Getenv("SURVEYSYNC_BENCH_CONC"); v != "" {
+		concs = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				t.Fatalf("SURVEYSYNC_BENCH_CONC=%q: want a comma-separated list of positive integers", v)
+			}
+			concs = append(concs, n)
+		}
+	}
+	rows := measure(t, e, concs, rounds, time.Duration(secs*float64(time.Second)))
 
 	ceiling, ceilingCPU := 0.0, 0.0
 	for _, r := range rows {
@@ -265,9 +306,10 @@ func TestClientVsEmulator(t *testing.T) {
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %d | %.0f (%.0f) | %.0f (%.0f) | %.0f %% | %.0f %% | %.0f %% | %.1f KB → %.1f KB (+%.1f KB) |\n",
-			r.conc, r.rawMedian, r.rawCPU, r.cliMedian, r.cliCPU, 100*r.cliMedian/r.rawMedian, 100*r.cliCPU/r.rawCPU,
+			r.conc, r.rawMedian, r.rawCPU, r.cliMedian, r.cliCPU, 100*r.ratio, 100*r.ratioCPU,
 			100*r.cliCPU/ceilingCPU, r.rawKB, r.cliKB, r.cliKB-r.rawKB)
 	}
+	fmt.Fprintf(&b, "client / raw: median over the rounds of the ratio within a round (raw and client back to back)\n")
 	fmt.Fprintf(&b, "emulator ceiling (best raw median): %.0f req/s wall clock, %.0f req per CPU-second\n", ceiling, ceilingCPU)
 	for _, r := range rows {
 		var raw, cli []string
