@@ -3,6 +3,7 @@ package surveyapi
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -163,12 +164,7 @@ func (r *jreader) rawString() (s []byte, escaped, ok bool) {
 	b := r.b
 	start := r.i
 	for i := r.i; i < len(b); {
-		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < len(b) && strClass[b[i]] == chPlain {
-			i++
-		}
+		i = plainRun(b, i)
 		if i == len(b) {
 			break
 		}
@@ -217,23 +213,36 @@ func (r *jreader) rawString() (s []byte, escaped, ok bool) {
 	return nil, false, false
 }
 
-// plain8 reports whether none of 8 bytes is a quote, a backslash, a
-// control character or a byte >= 0x80 (SWAR: the classic has-zero-byte and
-// has-less-than tricks, exact when no byte has its high bit set).
-func plain8(x uint64) bool {
+// special8 returns the bytes among 8 (little endian) that end a run of
+// plain string bytes — a quote, a backslash, a control character, a byte
+// >= 0x80 — as the high bit of each such byte (SWAR: the classic
+// has-zero-byte and has-less-than tricks). Only the lowest set bit is
+// exact (a borrow may flag bytes above a match): what plainRun needs.
+func special8(x uint64) uint64 {
 	const (
 		lo = 0x0101010101010101
 		hi = 0x8080808080808080
 	)
-	if x&hi != 0 {
-		return false
-	}
 	quote := x ^ (lo * '"')
 	bslash := x ^ (lo * '\\')
 	t := (quote - lo) & ^quote
 	t |= (bslash - lo) & ^bslash
 	t |= (x - lo*0x20) & ^x
-	return t&hi == 0
+	return (t | x) & hi
+}
+
+// plainRun returns the index of the first byte from i on that is not a
+// plain string byte (see special8), or len(b).
+func plainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		if m := special8(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for i < len(b) && strClass[b[i]] == chPlain {
+		i++
+	}
+	return i
 }
 
 func unhex(c byte) int {
@@ -543,21 +552,90 @@ func (r *jreader) time(dst *survey.Time) bool {
 	return err == nil
 }
 
-// key reads the next key of an object: done at '}'. Keys with escapes give up.
-func (r *jreader) key(first *bool) (key []byte, done, ok bool) {
+// fields are the keys of one JSON object type, in the order the service
+// writes them (it always does, leaving out absent ones). key checks the
+// keys still ahead in that order against the input as written — `"name":`
+// — before it scans anything: the usual key costs one short comparison,
+// and the decoders switch on its index instead of comparing strings.
+type fields struct {
+	names []string
+	keys  []fieldKey
+}
+
+// fieldKey is `"name":` as two little-endian words (zero-padded) with the
+// masks of the bytes that count, compared with the input 16 bytes at a
+// time; a longer one is also compared whole.
+type fieldKey struct {
+	w0, w1, m0, m1 uint64
+	n              int
+	long           string
+}
+
+func newFields(names ...string) *fields {
+	f := &fields{names: names}
+	for _, n := range names {
+		q := `"` + n + `":`
+		var b [16]byte
+		copy(b[:], q)
+		k := fieldKey{w0: binary.LittleEndian.Uint64(b[:8]), w1: binary.LittleEndian.Uint64(b[8:]), n: len(q)}
+		k.m0, k.m1 = ^uint64(0), ^uint64(0)
+		switch {
+		case len(q) < 8:
+			k.m0, k.m1 = 1<<(8*len(q))-1, 0
+		case len(q) == 8:
+			k.m1 = 0
+		case len(q) < 16:
+			k.m1 = 1<<(8*(len(q)-8)) - 1
+		case len(q) > 16:
+			k.long = q
+		}
+		f.keys = append(f.keys, k)
+	}
+	return f
+}
+
+// key reads the next key of an object: done at '}'. f is its index in fs,
+// or -1 for a key fs does not have; next is the index where the search in
+// written order starts (key advances it). A key with escapes, or one that
+// matches a field only case-insensitively (encoding/json would use it),
+// gives up.
+func (r *jreader) key(fs *fields, first *bool, next *int) (f int, done, ok bool) {
 	if r.consume('}') {
-		return nil, true, true
+		return 0, true, true
 	}
 	if *first {
 		*first = false
 	} else if !r.consume(',') {
-		return nil, false, false
+		return 0, false, false
+	}
+	r.ws()
+	if rest := r.b[r.i:]; len(rest) >= 16 {
+		x0, x1 := binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])
+		for j := *next; j < len(fs.keys); j++ {
+			k := &fs.keys[j]
+			if x0&k.m0 == k.w0 && x1&k.m1 == k.w1 && (k.long == "" || len(rest) >= k.n && string(rest[:k.n]) == k.long) {
+				r.i += k.n
+				*next = j + 1
+				return j, false, true
+			}
+		}
 	}
 	k, esc, ok := r.rawString()
 	if !ok || esc || !r.consume(':') {
-		return nil, false, false
+		return 0, false, false
 	}
-	return k, false, true
+	for j, n := range fs.names {
+		if string(k) == n {
+			*next = j + 1
+			return j, false, true
+		}
+	}
+	for _, n := range fs.names {
+		if bytes.EqualFold(k, []byte(n)) {
+			return 0, false, false
+		}
+	}
+	return -1, false, true
 }
 
 // elem advances to the next element of an array: done at ']'.
@@ -572,18 +650,24 @@ func (r *jreader) elem(first *bool) (done, ok bool) {
 	return false, r.consume(',')
 }
 
-// object reads an object into t, calling field with each key once the
-// reader is at its value; field reads the value and reports whether it could.
-func object[T any](r *jreader, t *T, field func(r *jreader, t *T, k []byte) bool) bool {
+// object reads an object of fs into t, calling field with the index of each
+// known key once the reader is at its value; field reads the value and
+// reports whether it could. Unknown keys are skipped.
+func object[T any](r *jreader, t *T, fs *fields, field func(r *jreader, t *T, f int) bool) bool {
 	if !r.consume('{') {
 		return false
 	}
+	next := 0
 	for first := true; ; {
-		k, done, ok := r.key(&first)
-		if !ok || done {
+		f, done, ok := r.key(fs, &first, &next)
+		switch {
+		case !ok || done:
 			return ok
-		}
-		if !field(r, t, k) {
+		case f < 0:
+			if !r.skip(0) {
+				return false
+			}
+		case !field(r, t, f):
 			return false
 		}
 	}
@@ -591,16 +675,28 @@ func object[T any](r *jreader, t *T, field func(r *jreader, t *T, k []byte) bool
 
 // members is object for the envelope and its meta, whose decoded values and
 // state live in field's closure (nothing for object to pass: a pointer
-// handed to field would escape to the heap).
-func (r *jreader) members(field func(k []byte) bool) bool {
-	return object(r, (*struct{})(nil), func(r *jreader, _ *struct{}, k []byte) bool { return field(k) })
+// handed to field would escape to the heap). A repeated key gives up (a
+// repeated result would merge into the first one).
+func (r *jreader) members(fs *fields, field func(f int) bool) bool {
+	var seen uint32
+	return object(r, (*struct{})(nil), fs, func(r *jreader, _ *struct{}, f int) bool {
+		if seen&(1<<f) != 0 {
+			return false
+		}
+		seen |= 1 << f
+		return field(f)
+	})
 }
 
-// objects reads an array of objects into *dst: null sets nil, [] an empty
-// non-nil slice (as encoding/json does). The elements are a run of s, each
-// read by object with field. An element is complete before the next one is
-// added (see slab.add): field must not add to s.
-func objects[T any](r *jreader, dst *[]T, s *slab[T], field func(r *jreader, t *T, k []byte) bool) bool {
+// objects reads an array of objects of fs into *dst: null sets nil, [] an
+// empty non-nil slice (as encoding/json does). The elements are a run of s,
+// each read by object with field. An element is complete before the next
+// one is added (see slab.add): field must not add to s.
+//
+// Inside the result a repeated key is fine — the last value wins, as in
+// encoding/json — except for a repeated non-empty array, which encoding/json
+// merges element-wise into the first: the callers give up then.
+func objects[T any](r *jreader, dst *[]T, s *slab[T], fs *fields, field func(r *jreader, t *T, f int) bool) bool {
 	if r.null() {
 		*dst = nil
 		return true
@@ -618,40 +714,10 @@ func objects[T any](r *jreader, dst *[]T, s *slab[T], field func(r *jreader, t *
 			*dst = s.run(start)
 			return true
 		}
-		if !object(r, s.add(&start), field) {
+		if !object(r, s.add(&start), fs, field) {
 			return false
 		}
 	}
-}
-
-// once reports whether k, if it is one of fields, is seen for the first
-// time in this object (envelope and meta: a repeated result would merge into
-// the first one). Inside the result a repeated key is fine — the last value
-// wins, as in encoding/json — except for a repeated non-empty array, which
-// encoding/json merges element-wise into the first: the callers give up
-// then.
-func once(seen *uint32, k []byte, fields []string) bool {
-	for i, f := range fields {
-		if string(k) == f {
-			if *seen&(1<<i) != 0 {
-				return false
-			}
-			*seen |= 1 << i
-			return true
-		}
-	}
-	return true
-}
-
-// unknown skips the value of a key the struct does not have, unless the key
-// matches a field case-insensitively (encoding/json would use it: give up).
-func (r *jreader) unknown(key []byte, fields ...string) bool {
-	for _, f := range fields {
-		if bytes.EqualFold(key, []byte(f)) {
-			return false
-		}
-	}
-	return r.skip(0)
 }
 
 // skip validates and skips one value.
@@ -763,20 +829,12 @@ func (r *jreader) number() bool {
 // non-null result was seen.
 func (r *jreader) envelope(result func(r *jreader) bool) (reqID string, has, ok bool) {
 	var camel, snake string
-	var seen uint32
-	ok = r.members(func(k []byte) bool {
-		if !once(&seen, k, envelopeFields) {
-			return false
-		}
-		switch string(k) {
-		case "result":
+	ok = r.members(envelopeFields, func(f int) bool {
+		if f == 0 { // result
 			has = !r.null()
 			return !has || result(r)
-		case "meta":
-			return r.meta(&camel, &snake)
-		default:
-			return r.unknown(k, envelopeFields...)
 		}
+		return r.meta(&camel, &snake)
 	})
 	if !ok || !r.end() {
 		return "", false, false
@@ -791,20 +849,16 @@ func (r *jreader) meta(camel, snake *string) bool {
 	if r.null() {
 		return true
 	}
-	var seen uint32
-	return r.members(func(k []byte) bool {
-		if !once(&seen, k, metaFields) {
-			return false
-		}
-		switch string(k) {
-		case "requestId":
-			return r.strInto(camel)
-		case "request_id":
+	return r.members(metaFields, func(f int) bool {
+		switch f {
+		case 0:
 			return r.strInto(snake)
-		case "http_status", "status_code":
+		case 1:
+			return r.strInto(camel)
+		case 2, 3: // http_status, status_code
 			return r.skip(0)
 		default: // errors, message: typed in the generic decoder; rare on success
-			return r.unknown(k, metaFields...)
+			return false
 		}
 	})
 }
@@ -812,19 +866,19 @@ func (r *jreader) meta(camel, snake *string) bool {
 // fastResponse decodes a detail envelope. ok=false: use encoding/json.
 // The decoded strings share one copy of body.
 func fastResponse(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	return fastResult(newReader(body, string(body)), (*jreader).response)
+	return fastResult(newReader(body, string(body)), responseFields, (*jreader).response)
 }
 
 // fastResponseOwned is fastResponse for a body the caller gives up (see
 // owned): no copy at all.
 func fastResponseOwned(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	return fastResult(newReader(body, owned(body)), (*jreader).response)
+	return fastResult(newReader(body, owned(body)), responseFields, (*jreader).response)
 }
 
-// fastResult decodes an envelope whose result is an object read by field.
-func fastResult[T any](r jreader, field func(r *jreader, t *T, k []byte) bool) (result *T, reqID string, ok bool) {
+// fastResult decodes an envelope whose result is an object of fs read by field.
+func fastResult[T any](r jreader, fs *fields, field func(r *jreader, t *T, f int) bool) (result *T, reqID string, ok bool) {
 	var out T
-	reqID, has, ok := r.envelope(func(r *jreader) bool { return object(r, &out, field) })
+	reqID, has, ok := r.envelope(func(r *jreader) bool { return object(r, &out, fs, field) })
 	if !ok {
 		return nil, "", false
 	}
@@ -834,165 +888,144 @@ func fastResult[T any](r jreader, field func(r *jreader, t *T, k []byte) bool) (
 	return &out, reqID, true
 }
 
+// The keys of each object, in the order the service writes them; the
+// decoders switch on the index.
 var (
-	envelopeFields = []string{"result", "meta"}
-	metaFields     = []string{"requestId", "request_id", "http_status", "status_code", "errors", "message"}
-	urlParamFields = []string{"name", "value"}
-	pageFields     = []string{"id", "questions"}
-	listFields     = []string{"per_page", "page", "total", "data"}
-	refFields      = []string{"response_id", "href"}
+	envelopeFields = newFields("result", "meta")
+	metaFields     = newFields("request_id", "requestId", "http_status", "status_code", "errors", "message")
+	responseFields = newFields("response_id", "survey_id", "contact_id", "distribution_id", "survey_name", "ip_address",
+		"date_created", "date_completed", "total_time", "response_status", "url_parameters", "pages")
+	urlParamFields = newFields("name", "value")
+	pageFields     = newFields("id", "questions")
+	questionFields = newFields("id", "type", "title", "variable", "answers")
+	answerFields   = newFields("row_id", "row_label", "column_id", "column_label", "choice_id", "choice_label",
+		"other_id", "text", "value", "file_id")
+	listFields = newFields("per_page", "page", "total", "data")
+	refFields  = newFields("response_id", "href")
 )
 
-var responseFields = []string{"response_id", "survey_id", "contact_id", "distribution_id", "survey_name", "ip_address",
-	"date_created", "date_completed", "total_time", "response_status", "url_parameters", "pages"}
-
-func (r *jreader) response(out *survey.Response, k []byte) bool {
-	switch string(k) {
-	case "response_id":
+func (r *jreader) response(out *survey.Response, f int) bool {
+	switch f {
+	case 0: // response_id
 		return r.guid(&out.ResponseID)
-	case "survey_id":
+	case 1: // survey_id
 		return r.intInto(&out.SurveyID)
-	case "contact_id":
+	case 2: // contact_id
 		return r.intPtr(&out.ContactID)
-	case "distribution_id":
+	case 3: // distribution_id
 		return r.intPtr(&out.DistributionID)
-	case "survey_name":
+	case 4: // survey_name
 		return r.strInto(&out.SurveyName)
-	case "ip_address":
+	case 5: // ip_address
 		return r.strInto(&out.IPAddress)
-	case "response_status":
-		return r.strInto(&out.ResponseStatus)
-	case "date_created":
+	case 6: // date_created
 		return r.null() || r.time(&out.DateCreated)
-	case "date_completed":
+	case 7: // date_completed
 		if r.null() {
 			out.DateCompleted = nil
 			return true
 		}
 		out.DateCompleted = new(survey.Time)
 		return r.time(out.DateCompleted)
-	case "total_time":
+	case 8: // total_time
 		return r.flexPtr(&out.TotalTime)
-	case "url_parameters":
+	case 9: // response_status
+		return r.strInto(&out.ResponseStatus)
+	case 10: // url_parameters
 		s := slab[survey.URLParameter]{size: 4}
-		return len(out.URLParameters) == 0 && objects(r, &out.URLParameters, &s, (*jreader).urlParameter)
-	case "pages":
+		return len(out.URLParameters) == 0 && objects(r, &out.URLParameters, &s, urlParamFields, (*jreader).urlParameter)
+	default: // pages
 		s := slab[survey.Page]{size: 8}
-		return len(out.Pages) == 0 && objects(r, &out.Pages, &s, (*jreader).page)
-	default:
-		return r.unknown(k, responseFields...)
+		return len(out.Pages) == 0 && objects(r, &out.Pages, &s, pageFields, (*jreader).page)
 	}
 }
 
-func (r *jreader) urlParameter(p *survey.URLParameter, k []byte) bool {
-	switch string(k) {
-	case "name":
+func (r *jreader) urlParameter(p *survey.URLParameter, f int) bool {
+	if f == 0 {
 		return r.strInto(&p.Name)
-	case "value":
-		return r.strInto(&p.Value)
-	default:
-		return r.unknown(k, urlParamFields...)
 	}
+	return r.strInto(&p.Value)
 }
 
-func (r *jreader) page(p *survey.Page, k []byte) bool {
-	switch string(k) {
-	case "id":
+func (r *jreader) page(p *survey.Page, f int) bool {
+	if f == 0 {
 		return r.intInto(&p.ID)
-	case "questions":
-		return len(p.Questions) == 0 && objects(r, &p.Questions, &r.qs, (*jreader).question)
-	default:
-		return r.unknown(k, pageFields...)
 	}
+	return len(p.Questions) == 0 && objects(r, &p.Questions, &r.qs, questionFields, (*jreader).question)
 }
 
-var questionFields = []string{"id", "type", "title", "variable", "answers"}
-
-func (r *jreader) question(q *survey.Question, k []byte) bool {
-	switch string(k) {
-	case "id":
+func (r *jreader) question(q *survey.Question, f int) bool {
+	switch f {
+	case 0:
 		return r.intInto(&q.ID)
-	case "type":
+	case 1:
 		return r.strInto(&q.Type)
-	case "title":
+	case 2:
 		return r.strInto(&q.Title)
-	case "variable":
+	case 3:
 		return r.strInto(&q.Variable)
-	case "answers":
-		return len(q.Answers) == 0 && objects(r, &q.Answers, &r.as, (*jreader).answer)
-	default:
-		return r.unknown(k, questionFields...)
+	default: // answers
+		return len(q.Answers) == 0 && objects(r, &q.Answers, &r.as, answerFields, (*jreader).answer)
 	}
 }
 
-var answerFields = []string{"row_id", "row_label", "column_id", "column_label", "choice_id", "choice_label",
-	"other_id", "text", "value", "file_id"}
-
-func (r *jreader) answer(a *survey.Answer, k []byte) bool {
-	switch string(k) {
-	case "row_id":
+func (r *jreader) answer(a *survey.Answer, f int) bool {
+	switch f {
+	case 0:
 		return r.flexPtr(&a.RowID)
-	case "column_id":
-		return r.flexPtr(&a.ColumnID)
-	case "choice_id":
-		return r.flexPtr(&a.ChoiceID)
-	case "other_id":
-		return r.flexPtr(&a.OtherID)
-	case "value":
-		return r.flexPtr(&a.Value)
-	case "row_label":
+	case 1:
 		return r.strPtr(&a.RowLabel)
-	case "column_label":
+	case 2:
+		return r.flexPtr(&a.ColumnID)
+	case 3:
 		return r.strPtr(&a.ColumnLabel)
-	case "choice_label":
+	case 4:
+		return r.flexPtr(&a.ChoiceID)
+	case 5:
 		return r.strPtr(&a.ChoiceLabel)
-	case "text":
+	case 6:
+		return r.flexPtr(&a.OtherID)
+	case 7:
 		return r.strPtr(&a.Text)
-	case "file_id":
+	case 8:
+		return r.flexPtr(&a.Value)
+	default: // file_id
 		if r.null() {
 			a.FileID = nil
 			return true
 		}
 		a.FileID = new(survey.GUID)
 		return r.guid(a.FileID)
-	default:
-		return r.unknown(k, answerFields...)
 	}
 }
 
 // fastList decodes a list envelope. ok=false: use encoding/json.
 func fastList(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	return fastResult(newReader(body, string(body)), (*jreader).list)
+	return fastResult(newReader(body, string(body)), listFields, (*jreader).list)
 }
 
 // fastListOwned is fastList for a body the caller gives up (see owned).
 func fastListOwned(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	return fastResult(newReader(body, owned(body)), (*jreader).list)
+	return fastResult(newReader(body, owned(body)), listFields, (*jreader).list)
 }
 
-func (r *jreader) list(out *survey.ResponseList, k []byte) bool {
-	switch string(k) {
-	case "per_page":
+func (r *jreader) list(out *survey.ResponseList, f int) bool {
+	switch f {
+	case 0:
 		return r.intIntoInt(&out.PerPage)
-	case "page":
+	case 1:
 		return r.intIntoInt(&out.Page)
-	case "total":
+	case 2:
 		return r.intIntoInt(&out.Total)
-	case "data":
+	default: // data
 		s := slab[survey.ResponseRef]{size: 64}
-		return len(out.Data) == 0 && objects(r, &out.Data, &s, (*jreader).ref)
-	default:
-		return r.unknown(k, listFields...)
+		return len(out.Data) == 0 && objects(r, &out.Data, &s, refFields, (*jreader).ref)
 	}
 }
 
-func (r *jreader) ref(ref *survey.ResponseRef, k []byte) bool {
-	switch string(k) {
-	case "response_id":
+func (r *jreader) ref(ref *survey.ResponseRef, f int) bool {
+	if f == 0 {
 		return r.guid(&ref.ResponseID)
-	case "href":
-		return r.strInto(&ref.Href)
-	default:
-		return r.unknown(k, refFields...)
 	}
+	return r.strInto(&ref.Href)
 }

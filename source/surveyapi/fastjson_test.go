@@ -1,7 +1,9 @@
 package surveyapi
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,33 +96,45 @@ func checkFastList(t *testing.T, body []byte) {
 	}
 }
 
-func TestPlain8(t *testing.T) {
-	for c := 0; c < 256; c++ {
-		want := strClass[c] == chPlain
-		for pos := 0; pos < 8; pos++ {
-			b := []byte("abcdefgh")
-			b[pos] = byte(c)
-			var x uint64
-			for i := 7; i >= 0; i-- {
-				x = x<<8 | uint64(b[i])
-			}
-			if got := plain8(x); got != want {
-				t.Fatalf("plain8 with byte %#x at %d = %v, want %v", c, pos, got, want)
+// TestPlainRun checks the SWAR scan against a byte-by-byte one: every byte
+// value at every position of the first and the second word, behind
+// neighbours that defeat naive SWAR (borrows across bytes), and random
+// strings over the borderline bytes.
+func TestPlainRun(t *testing.T) {
+	naive := func(b []byte, i int) int {
+		for i < len(b) && strClass[b[i]] == chPlain {
+			i++
+		}
+		return i
+	}
+	check := func(b []byte) {
+		t.Helper()
+		for i := 0; i <= len(b); i++ {
+			if got, want := plainRun(b, i), naive(b, i); got != want {
+				t.Fatalf("plainRun(%q, %d) = %d, want %d", b, i, got, want)
 			}
 		}
 	}
-	// Neighbours that defeat naive SWAR (borrows across bytes).
-	for _, s := range []string{"\x1f\x20\x21\x22\x23\x5b\x5c\x5d", "\x00\x01\x21\x21\x21\x21\x21\x21", "!!!!!!!\x22", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f"} {
-		var x uint64
-		for i := 7; i >= 0; i-- {
-			x = x<<8 | uint64(s[i])
+	for c := 0; c < 256; c++ {
+		for pos := 0; pos < 17; pos++ {
+			for _, fill := range []byte{'a', 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x20} {
+				b := bytes.Repeat([]byte{fill}, 17)
+				b[pos] = byte(c)
+				check(b)
+				if pos > 0 {
+					b[pos-1] = 0x00
+					check(b)
+				}
+			}
 		}
-		want := true
-		for i := 0; i < 8; i++ {
-			want = want && strClass[s[i]] == chPlain
+	}
+	alphabet := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xc3, 0xff, 'a'}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, rng.IntN(24))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
 		}
-		if plain8(x) != want {
-			t.Errorf("plain8(%q) = %v", s, !want)
-		}
+		check(b)
 	}
 }
