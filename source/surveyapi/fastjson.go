@@ -327,19 +327,32 @@ func (r *jreader) substr(s []byte) string {
 	return r.src[end-len(s) : end]
 }
 
-// newReader sizes the slabs from the body's length (a detail carries about
-// 3 questions, 5 answers and 8 optional numbers per KB); they grow when
-// that is short. src must hold the same bytes as body.
-func newReader(body []byte, src string) jreader {
-	n := len(body)
+// newReader returns a reader of body whose slabs for questions, answers,
+// optional numbers and optional strings hold the given numbers of elements
+// (they grow when that is short). src must hold the same bytes as body.
+func newReader(body []byte, src string, questions, answers, ints, strs int) jreader {
 	return jreader{
 		b:    body,
 		src:  src,
-		qs:   slab[survey.Question]{buf: make([]survey.Question, 0, n/300+4), size: 16},
-		as:   slab[survey.Answer]{buf: make([]survey.Answer, 0, n/150+4), size: 16},
-		ints: make([]survey.FlexInt, 0, n/100+8),
-		strs: make([]string, 0, n/120+8),
+		qs:   slab[survey.Question]{buf: make([]survey.Question, 0, questions), size: 16},
+		as:   slab[survey.Answer]{buf: make([]survey.Answer, 0, answers), size: 16},
+		ints: make([]survey.FlexInt, 0, ints),
+		strs: make([]string, 0, strs),
 	}
+}
+
+// newDetailReader sizes the slabs of a response detail from its braces
+// and brackets (two SIMD counts): every answer, question, page, URL
+// parameter and the envelope, its meta and result are an object; every
+// question's answers, every page's questions, the pages and the URL
+// parameters an array. So answers <= objects - arrays - 1 and questions <=
+// arrays - 3, exactly when no string holds a brace (a larger count only
+// wastes a little). An answer carries about two optional numbers and one
+// or two optional strings.
+func newDetailReader(body []byte, src string) jreader {
+	objs, arrs := bytes.Count(body, []byte{'{'}), bytes.Count(body, []byte{'['})
+	a := max(objs-arrs-1, 1)
+	return newReader(body, src, max(arrs-3, 1), a, 2*a+2, a+a/2+2)
 }
 
 // owned returns body as a string without copying. The caller gives up
@@ -600,6 +613,37 @@ func newFields(names ...string) *fields {
 // matches a field only case-insensitively (encoding/json would use it),
 // gives up.
 func (r *jreader) key(fs *fields, first *bool, next *int) (f int, done, ok bool) {
+	// Compact input (what the service sends) first: the separator right
+	// here, then the key compared 16 bytes at a time.
+	if b, i := r.b, r.i; i+17 <= len(b) {
+		switch c := b[i]; {
+		case c == '}':
+			r.i = i + 1
+			return 0, true, true
+		case c == ',' && !*first:
+			i++
+		case c == '"' && *first:
+		default:
+			return r.keySlow(fs, first, next)
+		}
+		*first = false
+		r.i = i
+		x0, x1 := binary.LittleEndian.Uint64(b[i:]), binary.LittleEndian.Uint64(b[i+8:])
+		for j := *next; j < len(fs.keys); j++ {
+			k := &fs.keys[j]
+			if x0&k.m0 == k.w0 && x1&k.m1 == k.w1 && (k.long == "" || len(b)-i >= k.n && string(b[i:i+k.n]) == k.long) {
+				r.i = i + k.n
+				*next = j + 1
+				return j, false, true
+			}
+		}
+		return r.keyName(fs, next)
+	}
+	return r.keySlow(fs, first, next)
+}
+
+// keySlow is key for input with white space, and near the end.
+func (r *jreader) keySlow(fs *fields, first *bool, next *int) (f int, done, ok bool) {
 	if r.consume('}') {
 		return 0, true, true
 	}
@@ -620,6 +664,11 @@ func (r *jreader) key(fs *fields, first *bool, next *int) (f int, done, ok bool)
 			}
 		}
 	}
+	return r.keyName(fs, next)
+}
+
+// keyName reads a key that is not the one expected next and looks it up.
+func (r *jreader) keyName(fs *fields, next *int) (f int, done, ok bool) {
 	k, esc, ok := r.rawString()
 	if !ok || esc || !r.consume(':') {
 		return 0, false, false
@@ -866,13 +915,93 @@ func (r *jreader) meta(camel, snake *string) bool {
 // fastResponse decodes a detail envelope. ok=false: use encoding/json.
 // The decoded strings share one copy of body.
 func fastResponse(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	return fastResult(newReader(body, string(body)), responseFields, (*jreader).response)
+	return fastResult(newDetailReader(body, string(body)), responseFields, (*jreader).response)
 }
 
-// fastResponseOwned is fastResponse for a body the caller gives up (see
-// owned): no copy at all.
-func fastResponseOwned(body []byte) (resp *survey.Response, reqID string, ok bool) {
-	return fastResult(newReader(body, owned(body)), responseFields, (*jreader).response)
+// fastResponseDetached is fastResponse for a body the caller reuses once
+// it returns (a pooled buffer): the strings are first decoded in place,
+// sharing body, then copied together into one new allocation of exactly
+// their size (detach), which is much smaller than the body (keys, numbers,
+// punctuation and the envelope stay behind).
+func fastResponseDetached(body []byte) (resp *survey.Response, reqID string, ok bool) {
+	resp, reqID, ok = fastResult(newDetailReader(body, owned(body)), responseFields, (*jreader).response)
+	if !ok {
+		return nil, "", false
+	}
+	d := detacher{lo: uintptr(unsafe.Pointer(unsafe.SliceData(body)))}
+	d.hi = d.lo + uintptr(len(body))
+	d.walk(resp, &reqID)
+	d.buf = make([]byte, 0, d.n)
+	d.copying = true
+	d.walk(resp, &reqID)
+	return resp, reqID, true
+}
+
+// detacher moves the strings of a decoded response that point into the
+// body [lo, hi) into one allocation: a first walk adds up their lengths, a
+// second copies them. walk must visit every string of survey.Response:
+// TestDetachVisitsEveryString fails when the type gains one it does not
+// know, and FuzzFastDecode scribbles over the body after decoding.
+type detacher struct {
+	lo, hi  uintptr
+	n       int
+	copying bool
+	buf     []byte
+}
+
+func (d *detacher) str(s *string) {
+	if len(*s) == 0 {
+		return
+	}
+	if p := uintptr(unsafe.Pointer(unsafe.StringData(*s))); p < d.lo || p >= d.hi {
+		return // not in the body (unescaped, or lower-cased): already its own
+	}
+	if !d.copying {
+		d.n += len(*s)
+		return
+	}
+	start := len(d.buf)
+	d.buf = append(d.buf, *s...) // within the capacity: d.buf never moves
+	*s = unsafe.String(&d.buf[start], len(*s))
+}
+
+func (d *detacher) strPtr(s *string) {
+	if s != nil {
+		d.str(s)
+	}
+}
+
+func (d *detacher) walk(resp *survey.Response, reqID *string) {
+	d.str(reqID)
+	if resp == nil {
+		return
+	}
+	d.str((*string)(&resp.ResponseID))
+	d.str(&resp.SurveyName)
+	d.str(&resp.IPAddress)
+	d.str(&resp.ResponseStatus)
+	for i := range resp.URLParameters {
+		p := &resp.URLParameters[i]
+		d.str(&p.Name)
+		d.str(&p.Value)
+	}
+	for i := range resp.Pages {
+		qs := resp.Pages[i].Questions
+		for j := range qs {
+			q := &qs[j]
+			d.str(&q.Type)
+			d.str(&q.Title)
+			d.str(&q.Variable)
+			for k := range q.Answers {
+				a := &q.Answers[k]
+				d.strPtr(a.RowLabel)
+				d.strPtr(a.ColumnLabel)
+				d.strPtr(a.ChoiceLabel)
+				d.strPtr(a.Text)
+				d.strPtr((*string)(a.FileID))
+			}
+		}
+	}
 }
 
 // fastResult decodes an envelope whose result is an object of fs read by field.
@@ -1001,12 +1130,12 @@ func (r *jreader) answer(a *survey.Answer, f int) bool {
 
 // fastList decodes a list envelope. ok=false: use encoding/json.
 func fastList(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	return fastResult(newReader(body, string(body)), listFields, (*jreader).list)
+	return fastResult(newReader(body, string(body), 0, 0, 0, 0), listFields, (*jreader).list)
 }
 
 // fastListOwned is fastList for a body the caller gives up (see owned).
 func fastListOwned(body []byte) (list *survey.ResponseList, reqID string, ok bool) {
-	return fastResult(newReader(body, owned(body)), listFields, (*jreader).list)
+	return fastResult(newReader(body, owned(body), 0, 0, 0, 0), listFields, (*jreader).list)
 }
 
 func (r *jreader) list(out *survey.ResponseList, f int) bool {

@@ -79,6 +79,70 @@ func checkFastResponse(t *testing.T, body []byte) {
 	if !reflect.DeepEqual(got, env.Result) {
 		t.Fatalf("fast path differs from encoding/json for %q:\n%s", body, cmp.Diff(env.Result, got))
 	}
+
+	// The detached decode of a pooled buffer: nothing may point into the
+	// buffer once it is reused.
+	pooled := bytes.Clone(body)
+	det, detID, ok := fastResponseDetached(pooled)
+	if !ok {
+		t.Fatalf("the detached decode rejects %q, which the fast path accepts", body)
+	}
+	for i := range pooled {
+		pooled[i] = 'X'
+	}
+	if detID != env.Meta.requestID() || !reflect.DeepEqual(det, env.Result) {
+		t.Fatalf("detached decode differs once the body is overwritten, for %q:\nrequest id %q, want %q\n%s",
+			body, detID, env.Meta.requestID(), cmp.Diff(env.Result, det))
+	}
+}
+
+// TestDetachVisitsEveryString fails when survey.Response gains a string
+// (at any depth) that detacher.walk does not know: it would keep pointing
+// into a reused buffer.
+func TestDetachVisitsEveryString(t *testing.T) {
+	known := map[string]bool{ // the fields detacher.walk visits
+		"ResponseID": true, "SurveyName": true, "IPAddress": true, "ResponseStatus": true,
+		"URLParameters[].Name": true, "URLParameters[].Value": true,
+		"Pages[].Questions[].Type": true, "Pages[].Questions[].Title": true, "Pages[].Questions[].Variable": true,
+		"Pages[].Questions[].Answers[].RowLabel": true, "Pages[].Questions[].Answers[].ColumnLabel": true,
+		"Pages[].Questions[].Answers[].ChoiceLabel": true, "Pages[].Questions[].Answers[].Text": true,
+		"Pages[].Questions[].Answers[].FileID": true,
+	}
+	var found []string
+	var walk func(path string, ty reflect.Type)
+	walk = func(path string, ty reflect.Type) {
+		switch ty.Kind() {
+		case reflect.String:
+			found = append(found, path)
+		case reflect.Pointer:
+			walk(path, ty.Elem())
+		case reflect.Slice, reflect.Array:
+			walk(path+"[]", ty.Elem())
+		case reflect.Map, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+			t.Errorf("%s: a %s in survey.Response; detacher.walk cannot vouch for it", path, ty.Kind())
+		case reflect.Struct:
+			if ty == reflect.TypeFor[survey.Time]() {
+				return // a time.Time: no strings from the body
+			}
+			for i := range ty.NumField() {
+				f := ty.Field(i)
+				p := f.Name
+				if path != "" {
+					p = path + "." + f.Name
+				}
+				walk(p, f.Type)
+			}
+		}
+	}
+	walk("", reflect.TypeFor[survey.Response]())
+	for _, p := range found {
+		if !known[p] {
+			t.Errorf("survey.Response.%s is a string detacher.walk does not visit: add it there and here", p)
+		}
+	}
+	if len(found) != len(known) {
+		t.Errorf("found %d strings, detacher.walk knows %d: %v", len(found), len(known), found)
+	}
 }
 
 func checkFastList(t *testing.T, body []byte) {

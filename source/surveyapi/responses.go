@@ -92,9 +92,9 @@ func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID sur
 	}
 	u := c.base + "/surveys/" + strconv.FormatInt(surveyID, 10) + "/responses/" + string(rid)
 	var out *survey.Response
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, ownBody: true},
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
 		func(status int, reqID string, body []byte, ct string) (string, error) {
-			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponseOwned)
+			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponseDetached)
 			if err != nil {
 				return id, err
 			}
