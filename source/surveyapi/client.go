@@ -79,6 +79,7 @@ func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
 // and meant to be shared by every caller in the process: the limits, the
 // 429 gate, the 402 pause and the 401 stop are the client's, not a call's.
 type Client struct {
+	h1         *h1 // the GET path; nil: everything through net/http
 	base       string
 	token      string
 	header     http.Header
@@ -182,6 +183,7 @@ func New(o Options) (*Client, error) {
 		t.MaxConnsPerHost = 0
 		c.transport = t
 		c.hc = &http.Client{Transport: t}
+		c.h1 = newH1(u, c.header, o.MaxConcurrency, o.Timeout, t.Proxy)
 	}
 	// Never follow a redirect: it would carry X-API-TOKEN to wherever it points.
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -202,6 +204,9 @@ func New(o Options) (*Client, error) {
 func (c *Client) Close() {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
+	}
+	if c.h1 != nil {
+		c.h1.closeIdle()
 	}
 }
 
@@ -364,6 +369,11 @@ func (c *Client) admit(ctx context.Context, rq *request) (probe bool, err error)
 
 // attempt sends rq once and classifies the answer.
 func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
+	if c.h1 != nil && rq.method == http.MethodGet && !rq.stream {
+		if target, ok := c.h1.target(rq.url); ok {
+			return c.attemptH1(ctx, rq, target)
+		}
+	}
 	res.sentAt = time.Now()
 	actx, cancel := context.WithCancel(ctx)
 	var timedOut atomic.Bool
@@ -423,31 +433,43 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 	} else {
 		buf = getBuf()
 	}
-	limit := maxJSONBody
-	if !ok {
-		limit = maxErrorBody
-	}
-	rerr := readBody(buf, resp.Body, resp.ContentLength, limit)
+	rerr := readBody(buf, resp.Body, resp.ContentLength, bodyLimit(resp.StatusCode))
 	resp.Body.Close()
 	stop()
 	res.duration = time.Since(res.sentAt)
+	c.answered(ctx, rq, &res, buf, rerr, timedOut.Load(), resp.Header.Get("Retry-After"), resp.Header.Get("Location"))
+	return res
+}
 
-	if ok {
+// bodyLimit is the most of a body read for status: an error body only for its message.
+func bodyLimit(status int) int {
+	if status >= 200 && status < 300 {
+		return maxJSONBody
+	}
+	return maxErrorBody
+}
+
+// answered classifies an answer whose status, content type and request id
+// are in res and whose body was read into buf (rerr: how that ended).
+func (c *Client) answered(ctx context.Context, rq *request, res *result, buf *bodyBuf, rerr error, timedOut bool, retryAfter, location string) {
+	if res.status >= 200 && res.status < 300 {
 		switch {
 		case rerr == nil:
 			res.outcome, res.body = OutcomeOK, buf
-			return res
 		case errors.Is(rerr, errBodyTooLarge):
 			putBuf(buf)
 			res.outcome = OutcomeMalformed
-			res.err = malformed(rq.op, res.status, res.requestID, "body larger than %d bytes", limit)
-			return res
+			res.err = malformed(rq.op, res.status, res.requestID, "body larger than %d bytes", maxJSONBody)
+		case errors.Is(rerr, errBadEncoding):
+			putBuf(buf)
+			res.outcome = OutcomeMalformed
+			res.err = malformed(rq.op, res.status, res.requestID, "%s", rerr.Error())
 		default: // the answer was cut short
 			putBuf(buf)
-			c.classifyNoAnswer(ctx, rq, &res, rerr, timedOut.Load(), rq.post)
+			c.classifyNoAnswer(ctx, rq, res, rerr, timedOut, rq.post)
 			res.err = c.annotate(res.err, fmt.Sprintf("HTTP %d answered, body cut short", res.status))
-			return res
 		}
+		return
 	}
 
 	reqID, msg := decodeError(buf.Bytes(), res.contentType)
@@ -456,9 +478,9 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 		reqID = res.requestID
 	}
 	res.requestID = c.redact(reqID)
-	ae := &APIError{Op: rq.op, Status: resp.StatusCode, RequestID: res.requestID, Message: c.redact(msg)}
+	ae := &APIError{Op: rq.op, Status: res.status, RequestID: res.requestID, Message: c.redact(msg)}
 	res.err = ae
-	switch s := resp.StatusCode; {
+	switch s := res.status; {
 	case s == http.StatusBadRequest, s == http.StatusMethodNotAllowed:
 		res.outcome = OutcomeBadRequest
 	case s == http.StatusUnauthorized:
@@ -471,18 +493,41 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 		res.outcome = OutcomeNotFound
 	case s == http.StatusTooManyRequests:
 		res.outcome, res.retry = OutcomeRateLimited, true
-		res.retryAfter, res.hasRetry = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		res.retryAfter, res.hasRetry = parseRetryAfter(retryAfter, time.Now())
 	case s >= 500:
 		res.outcome, res.retry = OutcomeServerError, true
-		res.retryAfter, res.hasRetry = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		res.retryAfter, res.hasRetry = parseRetryAfter(retryAfter, time.Now())
 	case s >= 400:
 		res.outcome = OutcomeBadRequest
 	default: // 1xx, 3xx: redirects are refused
 		res.outcome = OutcomeMalformed
-		if loc := resp.Header.Get("Location"); loc != "" {
-			ae.Message = c.redact("redirect to " + loc + " refused")
+		if location != "" {
+			ae.Message = c.redact("redirect to " + location + " refused")
 		}
 	}
+}
+
+// attemptH1 is attempt for a GET through the client's own HTTP/1.1 path.
+func (c *Client) attemptH1(ctx context.Context, rq *request, target string) (res result) {
+	res.sentAt = time.Now()
+	var buf *bodyBuf
+	if rq.ownBody {
+		buf = &bodyBuf{}
+	} else {
+		buf = getBuf()
+	}
+	a, rerr, err := c.h1.get(ctx, target, c.timeout, buf, bodyLimit)
+	res.duration = time.Since(res.sentAt)
+	if err != nil {
+		putBuf(buf)
+		c.classifyNoAnswer(ctx, rq, &res, &url.Error{Op: "Get", URL: c.path(rq.url), Err: err}, false, false)
+		return res
+	}
+	res.status, res.contentType, res.requestID = a.status, a.contentType, c.redact(a.requestID)
+	if rerr != nil && !(res.status >= 200 && res.status < 300) {
+		rerr = nil // an error body is read for its message only: what came is enough
+	}
+	c.answered(ctx, rq, &res, buf, rerr, false, a.retryAfter, a.location)
 	return res
 }
 
