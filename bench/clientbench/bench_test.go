@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// BenchmarkEmulatorDetail/{raw,client}/{16,256}: the same comparison as
+// BenchmarkEmulatorDetail/{raw,lean,client}/{16,256}: the same comparison as
 // TestClientVsEmulator as Go benchmarks, for profiling:
 //
 //	go test -run '^$' -bench EmulatorDetail -benchmem -cpuprofile cpu.prof ./bench/clientbench/
@@ -16,16 +16,18 @@ func BenchmarkEmulatorDetail(b *testing.B) {
 	for _, conc := range []int{16, 256} {
 		raw, closeRaw := rawGetter(e, conc)
 		defer closeRaw()
+		lean, closeLean := leanGetter(e, conc)
+		defer closeLean()
 		cli := clientGetter(b, e, conc)
-		benchPair(b, conc, raw, cli)
+		benchCallers(b, conc, raw, lean, cli)
 	}
 }
 
-func benchPair(b *testing.B, conc int, raw, cli func(int) error) {
+func benchCallers(b *testing.B, conc int, raw, lean, cli func(int) error) {
 	for _, bc := range []struct {
 		name string
 		do   func(int) error
-	}{{"raw", raw}, {"client", cli}} {
+	}{{"raw", raw}, {"lean", lean}, {"client", cli}} {
 		b.Run(fmt.Sprintf("%s/%d", bc.name, conc), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(conc / runtime.GOMAXPROCS(0))

@@ -1,13 +1,17 @@
 // Package clientbench_test measures the API client (source/surveyapi)
 // against the emulator (source/sim) in one run: the emulator's ceiling —
-// response details per second served over loopback HTTP to a trivial raw
-// net/http client that only reads the bytes — and the client's rate through
-// its full path (limiter, retries bookkeeping, metrics, single-pass decode
-// into survey.Response) at 16, 64 and 256 concurrent requests. Both run in
-// this process on the same cores, alternating in short rounds so that the
-// machine's load drifts equally over both; the medians are reported, as
-// requests per wall-clock second and per CPU-second of the process (the
-// latter does not depend on what else the shared machine is running).
+// response details per second served over loopback HTTP to a trivial
+// client that only reads the bytes — and the client's rate through its
+// full path (limiter, retries bookkeeping, metrics, single-pass decode into
+// survey.Response) at 16, 64 and 256 concurrent requests. Two trivial
+// clients give the ceiling: a raw net/http GET (what a script would do) and
+// a lean hand-written HTTP/1.1 GET that skips the body (the least CPU a
+// caller can spend, so the most the emulator can serve on these cores).
+// All run in this process on the same cores, in short rounds back to back
+// so that the machine's load drifts equally over them; the medians are
+// reported, as requests per wall-clock second and per CPU-second of the
+// process (the latter does not depend on what else the shared machine is
+// running).
 //
 // TestClientSmoke always runs (a fraction of a second). The figures of
 // docs/benchmarks.md ("Client vs emulator (issue 2)") come from
@@ -22,11 +26,16 @@
 package clientbench_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"os"
 	"runtime"
 	"slices"
@@ -170,6 +179,106 @@ func rawGetter(e *env, conc int) (func(i int) error, func()) {
 	}, tr.CloseIdleConnections
 }
 
+// leanGetter is the cheapest client there is: a hand-written HTTP/1.1 GET
+// on a pooled keep-alive connection, status line and headers scanned for
+// the framing only, body skipped. Against it the emulator shows what it
+// can serve when the caller costs next to nothing; net/http's transport
+// (rawGetter) costs more CPU per request than the emulator's handler.
+func leanGetter(e *env, conc int) (func(i int) error, func()) {
+	addr := strings.TrimPrefix(e.srv.URL, "http://")
+	head := " HTTP/1.1\r\nHost: " + addr + "\r\nX-API-TOKEN: " + token + "\r\nUser-Agent: " + ua +
+		"\r\nAccept: application/json\r\nContent-Type: application/json\r\n\r\n"
+	pool := make(chan *leanConn, conc)
+	closeAll := func() {
+		for {
+			select {
+			case c := <-pool:
+				c.nc.Close()
+			default:
+				return
+			}
+		}
+	}
+	return func(i int) error {
+		var c *leanConn
+		select {
+		case c = <-pool:
+		default:
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			c = &leanConn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
+		}
+		c.bw.WriteString("GET /v1/surveys/4574/responses/")
+		c.bw.WriteString(string(e.ids[i%len(e.ids)]))
+		c.bw.WriteString(head)
+		err := c.bw.Flush()
+		if err == nil {
+			err = c.readAnswer()
+		}
+		if err != nil {
+			c.nc.Close()
+			return err
+		}
+		select {
+		case pool <- c:
+		default:
+			c.nc.Close()
+		}
+		return nil
+	}, closeAll
+}
+
+type leanConn struct {
+	nc net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+func (c *leanConn) readAnswer() error {
+	line, err := c.br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if len(line) < 12 || string(line[9:12]) != "200" {
+		return fmt.Errorf("lean: %q", line)
+	}
+	length, chunked := int64(-1), false
+	for {
+		line, err = c.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		k, v, _ := bytes.Cut(line, []byte{':'})
+		v = bytes.TrimSpace(v)
+		switch {
+		case bytes.EqualFold(k, []byte("Content-Length")):
+			length, err = strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return err
+			}
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
+			chunked = true
+		}
+	}
+	if chunked {
+		if _, err := io.Copy(io.Discard, httputil.NewChunkedReader(c.br)); err != nil {
+			return err
+		}
+		_, err = c.br.ReadSlice('\n') // the empty trailer section
+		return err
+	}
+	if length < 0 {
+		return errors.New("lean: no length")
+	}
+	_, err = c.br.Discard(int(length))
+	return err
+}
+
 func clientGetter(t testing.TB, e *env, conc int) func(i int) error {
 	c := newClient(t, e, conc)
 	return func(i int) error {
@@ -181,13 +290,17 @@ func clientGetter(t testing.TB, e *env, conc int) func(i int) error {
 	}
 }
 
+// row is one concurrency: rounds of each caller, and per round the ratio
+// of the client to each trivial caller.
 type row struct {
-	conc                 int
-	raw, client          []result
-	rawMedian, cliMedian float64 // req/s, wall clock
-	rawCPU, cliCPU       float64 // req per CPU-second
-	ratio, ratioCPU      float64 // median over rounds of client / raw of the same round
-	rawKB, cliKB         float64
+	conc                    int
+	raw, lean, client       []result
+	rawMedian, leanMedian   float64 // req/s, wall clock
+	cliMedian               float64
+	rawCPU, leanCPU, cliCPU float64 // req per CPU-second
+	ratio, ratioCPU         float64 // median over rounds of client / raw (net/http) of the same round
+	ratioLean, ratioLeanCPU float64 // the same against the lean caller
+	rawKB, leanKB, cliKB    float64
 }
 
 func median(rs []result, f func(result) float64) float64 {
@@ -207,43 +320,44 @@ func medianOf(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-// measure runs, per concurrency, rounds of the raw client and of
-// surveyapi.Client back to back (alternating which goes first, after a
-// GC each, so that neither inherits the other's garbage), and takes the
-// ratio within each round: the machine's load drifts, but hardly within
+// measure runs, per concurrency, rounds of the three callers back to back
+// — net/http raw, lean raw, surveyapi.Client — rotating which goes first,
+// after a GC each so that none inherits another's garbage, and takes the
+// ratios within each round: the machine's load drifts, but hardly within
 // one round. The median of those ratios is the figure.
 func measure(t *testing.T, e *env, concs []int, rounds int, d time.Duration) []row {
 	var rows []row
 	for _, conc := range concs {
 		rw := row{conc: conc}
 		raw, closeRaw := rawGetter(e, conc)
+		lean, closeLean := leanGetter(e, conc)
 		cli := clientGetter(t, e, conc)
-		var ratios, ratiosCPU []float64
+		var ratios, ratiosCPU, ratiosLean, ratiosLeanCPU []float64
 		for i := range rounds {
-			var r, c result
-			if i%2 == 0 {
+			var got [3]result
+			callers := [3]func(int) error{raw, lean, cli}
+			for k := range 3 {
+				j := (i + k) % 3
 				runtime.GC()
-				r = run(t, conc, d, raw)
-				runtime.GC()
-				c = run(t, conc, d, cli)
-			} else {
-				runtime.GC()
-				c = run(t, conc, d, cli)
-				runtime.GC()
-				r = run(t, conc, d, raw)
+				got[j] = run(t, conc, d, callers[j])
 			}
-			rw.raw, rw.client = append(rw.raw, r), append(rw.client, c)
+			r, l, c := got[0], got[1], got[2]
+			rw.raw, rw.lean, rw.client = append(rw.raw, r), append(rw.lean, l), append(rw.client, c)
 			ratios = append(ratios, c.rate()/r.rate())
 			ratiosCPU = append(ratiosCPU, c.cpuRate()/r.cpuRate())
+			ratiosLean = append(ratiosLean, c.rate()/l.rate())
+			ratiosLeanCPU = append(ratiosLeanCPU, c.cpuRate()/l.cpuRate())
 		}
 		closeRaw()
-		rw.rawMedian = median(rw.raw, result.rate)
+		closeLean()
+		rw.rawMedian, rw.leanMedian = median(rw.raw, result.rate), median(rw.lean, result.rate)
 		rw.cliMedian = median(rw.client, result.rate)
-		rw.rawCPU = median(rw.raw, result.cpuRate)
+		rw.rawCPU, rw.leanCPU = median(rw.raw, result.cpuRate), median(rw.lean, result.cpuRate)
 		rw.cliCPU = median(rw.client, result.cpuRate)
 		rw.ratio, rw.ratioCPU = medianOf(ratios), medianOf(ratiosCPU)
+		rw.ratioLean, rw.ratioLeanCPU = medianOf(ratiosLean), medianOf(ratiosLeanCPU)
 		perReqKB := func(r result) float64 { return float64(r.bytesAlloc) / float64(r.n) / 1024 }
-		rw.rawKB = median(rw.raw, perReqKB)
+		rw.rawKB, rw.leanKB = median(rw.raw, perReqKB), median(rw.lean, perReqKB)
 		rw.cliKB = median(rw.client, perReqKB)
 		rows = append(rows, rw)
 	}
@@ -265,7 +379,7 @@ func loadAvg() string {
 func TestClientSmoke(t *testing.T) {
 	e := newEnv(t, 3000)
 	rows := measure(t, e, []int{16}, 1, 100*time.Millisecond)
-	if rows[0].raw[0].n == 0 || rows[0].client[0].n == 0 {
+	if rows[0].raw[0].n == 0 || rows[0].lean[0].n == 0 || rows[0].client[0].n == 0 {
 		t.Fatalf("no requests: %+v", rows[0])
 	}
 }
@@ -297,27 +411,30 @@ func TestClientVsEmulator(t *testing.T) {
 
 	ceiling, ceilingCPU := 0.0, 0.0
 	for _, r := range rows {
-		ceiling = max(ceiling, r.rawMedian)
-		ceilingCPU = max(ceilingCPU, r.rawCPU)
+		ceiling = max(ceiling, r.rawMedian, r.leanMedian)
+		ceilingCPU = max(ceilingCPU, r.rawCPU, r.leanCPU)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "GOMAXPROCS=%d, %s, %s, load average %s\n", runtime.GOMAXPROCS(0), runtime.Version(), time.Now().UTC().Format(time.RFC3339), loadAvg())
-	fmt.Fprintf(&b, "| concurrent requests | raw client: req/s (per CPU-s) | surveyapi.Client: req/s (per CPU-s) | client / raw, wall clock | client / raw, per CPU-s | client / best raw, per CPU-s | alloc per request raw → client (whole process) |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| concurrent requests | trivial net/http client: req/s (per CPU-s) | lean raw client: req/s (per CPU-s) | surveyapi.Client: req/s (per CPU-s) | client / net/http, wall (per CPU-s) | client / lean, wall (per CPU-s) | client / ceiling, wall (per CPU-s) | alloc per request, whole process: net/http, lean → client |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %.0f (%.0f) | %.0f (%.0f) | %.0f %% | %.0f %% | %.0f %% | %.1f KB → %.1f KB (+%.1f KB) |\n",
-			r.conc, r.rawMedian, r.rawCPU, r.cliMedian, r.cliCPU, 100*r.ratio, 100*r.ratioCPU,
-			100*r.cliCPU/ceilingCPU, r.rawKB, r.cliKB, r.cliKB-r.rawKB)
+		fmt.Fprintf(&b, "| %d | %.0f (%.0f) | %.0f (%.0f) | %.0f (%.0f) | %.0f %% (%.0f %%) | %.0f %% (%.0f %%) | %.0f %% (%.0f %%) | %.1f KB, %.1f KB → %.1f KB |\n",
+			r.conc, r.rawMedian, r.rawCPU, r.leanMedian, r.leanCPU, r.cliMedian, r.cliCPU,
+			100*r.ratio, 100*r.ratioCPU, 100*r.ratioLean, 100*r.ratioLeanCPU,
+			100*r.cliMedian/ceiling, 100*r.cliCPU/ceilingCPU, r.rawKB, r.leanKB, r.cliKB)
 	}
-	fmt.Fprintf(&b, "client / raw: median over the rounds of the ratio within a round (raw and client back to back)\n")
-	fmt.Fprintf(&b, "emulator ceiling (best raw median): %.0f req/s wall clock, %.0f req per CPU-second\n", ceiling, ceilingCPU)
+	fmt.Fprintf(&b, "client / X: median over the rounds of the ratio within a round (the three callers back to back)\n")
+	fmt.Fprintf(&b, "emulator ceiling (best trivial-client median over all concurrencies): %.0f req/s wall clock, %.0f req per CPU-second\n", ceiling, ceilingCPU)
 	for _, r := range rows {
-		var raw, cli []string
-		for i := range r.raw {
-			raw = append(raw, fmt.Sprintf("%.0f/%.0f", r.raw[i].rate(), r.raw[i].cpuRate()))
-			cli = append(cli, fmt.Sprintf("%.0f/%.0f", r.client[i].rate(), r.client[i].cpuRate()))
+		f := func(rs []result) string {
+			var out []string
+			for _, x := range rs {
+				out = append(out, fmt.Sprintf("%.0f/%.0f", x.rate(), x.cpuRate()))
+			}
+			return strings.Join(out, " ")
 		}
-		fmt.Fprintf(&b, "rounds at %d (req/s / req per CPU-s): raw %s; client %s\n", r.conc, strings.Join(raw, " "), strings.Join(cli, " "))
+		fmt.Fprintf(&b, "rounds at %d (req/s / req per CPU-s): net/http %s; lean %s; client %s\n", r.conc, f(r.raw), f(r.lean), f(r.client))
 	}
 	t.Log("\n" + b.String())
 	if out := os.Getenv("SURVEYSYNC_BENCH_OUT"); out != "" {
