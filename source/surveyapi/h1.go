@@ -167,7 +167,9 @@ func (h *h1) conn(ctx context.Context, deadline time.Time) (cn *h1Conn, reused b
 	for len(h.idle) > 0 {
 		cn = h.idle[len(h.idle)-1]
 		h.idle = h.idle[:len(h.idle)-1]
-		if now.Sub(cn.lastUsed) < h1IdleTimeout {
+		// Bytes read past the last answer belong to no request: the
+		// connection is out of step and must not be used.
+		if now.Sub(cn.lastUsed) < h1IdleTimeout && cn.br.Buffered() == 0 {
 			h.mu.Unlock()
 			return cn, true, nil
 		}
