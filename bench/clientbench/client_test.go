@@ -63,19 +63,28 @@ const (
 )
 
 type env struct {
-	srv *httptest.Server
+	url string // the emulator's base, without /v1
 	ids []survey.GUID
 }
 
+// newEnv starts the emulator in this process, or, with
+// SURVEYSYNC_BENCH_EMULATOR=host:port, uses a surveysim already running
+// there (its own process: give it and this one a core each with taskset to
+// see what each side costs; start it with --token bench-token).
 func newEnv(t testing.TB, responses int) *env {
-	s, err := sim.New(sim.Options{Token: token, Seed: 1,
-		Surveys: []sim.SurveySpec{{ID: surveyID, Responses: responses, Seed: 7}}})
-	if err != nil {
-		t.Fatal(err)
+	e := &env{}
+	if addr := os.Getenv("SURVEYSYNC_BENCH_EMULATOR"); addr != "" {
+		e.url = "http://" + addr
+	} else {
+		s, err := sim.New(sim.Options{Token: token, Seed: 1,
+			Surveys: []sim.SurveySpec{{ID: surveyID, Responses: responses, Seed: 7}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(func() { srv.Close(); s.Close() })
+		e.url = srv.URL
 	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { srv.Close(); s.Close() })
-	e := &env{srv: srv}
 	c := newClient(t, e, 4)
 	for page := 1; len(e.ids) < 2000; page++ {
 		l, err := c.ListResponses(context.Background(), surveyID, survey.ListQuery{Page: page, PerPage: 1000})
@@ -96,7 +105,7 @@ func newEnv(t testing.TB, responses int) *env {
 }
 
 func newClient(t testing.TB, e *env, conc int) *surveyapi.Client {
-	c, err := surveyapi.New(surveyapi.Options{BaseURL: e.srv.URL + "/v1", Token: token, UserAgent: ua, MaxConcurrency: conc})
+	c, err := surveyapi.New(surveyapi.Options{BaseURL: e.url + "/v1", Token: token, UserAgent: ua, MaxConcurrency: conc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +168,7 @@ func run(t testing.TB, conc int, d time.Duration, do func(i int) error) result {
 func rawGetter(e *env, conc int) (func(i int) error, func()) {
 	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxIdleConns: conc}
 	hc := &http.Client{Transport: tr}
-	base := e.srv.URL + "/v1/surveys/4574/responses/"
+	base := e.url + "/v1/surveys/4574/responses/"
 	return func(i int) error {
 		req, _ := http.NewRequest(http.MethodGet, base+string(e.ids[i%len(e.ids)]), nil)
 		req.Header["X-API-TOKEN"] = []string{token}
@@ -185,7 +194,7 @@ func rawGetter(e *env, conc int) (func(i int) error, func()) {
 // can serve when the caller costs next to nothing; net/http's transport
 // (rawGetter) costs more CPU per request than the emulator's handler.
 func leanGetter(e *env, conc int) (func(i int) error, func()) {
-	addr := strings.TrimPrefix(e.srv.URL, "http://")
+	addr := strings.TrimPrefix(e.url, "http://")
 	head := " HTTP/1.1\r\nHost: " + addr + "\r\nX-API-TOKEN: " + token + "\r\nUser-Agent: " + ua +
 		"\r\nAccept: application/json\r\nContent-Type: application/json\r\n\r\n"
 	pool := make(chan *leanConn, conc)
