@@ -517,6 +517,7 @@ func (c *Client) attemptH1(ctx context.Context, rq *request, target string) (res
 		buf = getBuf()
 	}
 	a, rerr, err := c.h1.get(ctx, target, c.timeout, buf, bodyLimit)
+	rerr, err = c.scrubbed(rerr), c.scrubbed(err) // h1's errors may quote what the service sent
 	res.duration = time.Since(res.sentAt)
 	if err != nil {
 		putBuf(buf)
@@ -737,6 +738,38 @@ func (c *Client) scrub(err error) error {
 	}
 	return err
 }
+
+// scrubbed returns err, or, when its text holds the token, an error with
+// the token removed that keeps only what the client classifies by: a
+// timeout, and the sentinel it matched. The original chain is dropped, so
+// that nothing unwrapped from it can print the token.
+func (c *Client) scrubbed(err error) error {
+	if err == nil || c.token == "" || !strings.Contains(err.Error(), c.token) {
+		return err
+	}
+	s := &scrubbedError{msg: c.redact(err.Error())}
+	var ne net.Error
+	s.timeout = errors.As(err, &ne) && ne.Timeout()
+	for _, k := range []error{errBodyTooLarge, errBadEncoding, errH1Stale, io.ErrUnexpectedEOF, io.EOF} {
+		if errors.Is(err, k) {
+			s.kind = k
+			break
+		}
+	}
+	return s
+}
+
+// scrubbedError is an error whose text had the token in it.
+type scrubbedError struct {
+	msg     string
+	timeout bool
+	kind    error // a sentinel it matched, or nil
+}
+
+func (e *scrubbedError) Error() string   { return e.msg }
+func (e *scrubbedError) Unwrap() error   { return e.kind }
+func (e *scrubbedError) Timeout() bool   { return e.timeout }
+func (e *scrubbedError) Temporary() bool { return false }
 
 // streamBody is a download's body: the attempt's timeout applies to each
 // Read that stalls (not to the whole transfer, nor to the caller's own pace),

@@ -433,3 +433,50 @@ func TestH1ConcurrentCallers(t *testing.T) {
 		t.Errorf("%d idle connections, want at most 8", idle)
 	}
 }
+
+// The own path quotes what the service sent in its errors (a bad status
+// line, header, length or encoding): a service that echoes the token there
+// must not get it into an error, a log line or a metric.
+func TestH1TokenNeverLeaks(t *testing.T) {
+	answers := []string{
+		"HTTP/1.1 2" + testToken + "\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n" + testToken + "\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: " + testToken + "\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + testToken + "\r\n\r\n",
+		withLength("200 OK", []byte("{}"), "Content-Encoding: "+testToken+"\r\n"),
+		withLength("200 OK", []byte("<html>"+testToken+"</html>"), "X-Request-Id: "+testToken+"\r\n", "Content-Type: text/html\r\n"),
+		withLength("503 Busy", []byte("<html>"+testToken+"</html>"), "X-Request-Id: "+testToken+"\r\n", "Retry-After: "+testToken+"\r\n"),
+		withLength("302 Found", nil, "Location: http://127.0.0.2:1/?t="+testToken+"\r\n"),
+		"HTTP/1.1 200 OK\r\nX-Big: " + testToken + strings.Repeat("a", 20<<10) + "\r\n\r\n",
+	}
+	s := newRawServer(t, func(n int64, _ *http.Request, w *bufio.Writer) bool {
+		w.WriteString(answers[int(n-1)%len(answers)])
+		return false
+	})
+	h := newClient(t, s.URL(), func(o *Options) { o.MaxRetries = -1 })
+	var all strings.Builder
+	for i := range answers {
+		_, err := h.c.GetResponse(context.Background(), 4574, testRID)
+		if err == nil {
+			t.Fatalf("answer %d: no error", i)
+		}
+		fmt.Fprintf(&all, "%v\n%+v\n%#v\n", err, err, err)
+	}
+	all.WriteString(h.logs.String())
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		all.WriteString(mf.String())
+	}
+	fmt.Fprintf(&all, "%+v", h.c.Stats())
+	for _, line := range strings.Split(all.String(), "\n") {
+		if strings.Contains(line, testToken) {
+			t.Errorf("token leaked: %.300s", line)
+		}
+	}
+	if !strings.Contains(all.String(), "[redacted]") {
+		t.Error("no [redacted] in the errors: the paths were not taken")
+	}
+}
