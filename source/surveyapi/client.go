@@ -516,7 +516,7 @@ func (c *Client) attemptH1(ctx context.Context, rq *request, target string) (res
 	} else {
 		buf = getBuf()
 	}
-	a, rerr, err := c.h1.get(ctx, target, c.timeout, buf, bodyLimit)
+	a, rerr, err := c.h1.get(ctx, target, c.timeout, buf)
 	rerr, err = c.scrubbed(rerr), c.scrubbed(err) // h1's errors may quote what the service sent
 	res.duration = time.Since(res.sentAt)
 	if err != nil {
@@ -525,9 +525,6 @@ func (c *Client) attemptH1(ctx context.Context, rq *request, target string) (res
 		return res
 	}
 	res.status, res.contentType, res.requestID = a.status, a.contentType, c.redact(a.requestID)
-	if rerr != nil && !(res.status >= 200 && res.status < 300) {
-		rerr = nil // an error body is read for its message only: what came is enough
-	}
 	c.answered(ctx, rq, &res, buf, rerr, false, a.retryAfter, a.location)
 	return res
 }

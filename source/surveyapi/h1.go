@@ -134,16 +134,16 @@ var errH1Stale = errors.New("connection closed by the server before an answer")
 var errBadEncoding = errors.New("unsupported or corrupt Content-Encoding")
 
 // get sends GET target and reads the answer's body into buf, at most
-// limit(status) bytes. err is a failure to get an answer (status line and
+// bodyLimit(status) bytes. err is a failure to get an answer (status line and
 // headers); bodyErr one while reading the body (errBodyTooLarge included).
-func (h *h1) get(ctx context.Context, target string, timeout time.Duration, buf *bodyBuf, limit func(status int) int) (a h1Answer, bodyErr, err error) {
+func (h *h1) get(ctx context.Context, target string, timeout time.Duration, buf *bodyBuf) (a h1Answer, bodyErr, err error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		cn, reused, err := h.conn(ctx, deadline)
 		if err != nil {
 			return a, nil, err
 		}
-		a, bodyErr, keep, err := h.roundTrip(ctx, cn, target, deadline, buf, limit)
+		a, bodyErr, keep, err := h.roundTrip(ctx, cn, target, deadline, buf)
 		if err != nil && reused && errors.Is(err, errH1Stale) && ctx.Err() == nil {
 			// The server had closed it while idle: again, on the next idle
 			// one or a new one. Each turn drops one idle connection, so
@@ -219,7 +219,7 @@ func (h *h1) closeIdle() {
 // aLongTimeAgo expires a connection's deadline at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (h *h1) roundTrip(ctx context.Context, cn *h1Conn, target string, deadline time.Time, buf *bodyBuf, limit func(int) int) (a h1Answer, bodyErr error, keep bool, err error) {
+func (h *h1) roundTrip(ctx context.Context, cn *h1Conn, target string, deadline time.Time, buf *bodyBuf) (a h1Answer, bodyErr error, keep bool, err error) {
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return a, nil, false, err
 	}
@@ -264,7 +264,7 @@ func (h *h1) roundTrip(ctx context.Context, cn *h1Conn, target string, deadline 
 	}
 
 	buf.b = buf.b[:0]
-	lim := limit(a.status)
+	lim := bodyLimit(a.status)
 	if a.status == http.StatusNoContent || a.status == http.StatusNotModified {
 		return a, nil, !connClose, nil
 	}
