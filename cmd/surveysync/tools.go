@@ -26,18 +26,18 @@ func goVersion() string {
 // status prints, per survey and stream, the checkpoint read from the store.
 func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) int {
 	log := newLogger(cfg, stderr)
-	st, _, where, err := openStore(ctx, cfg, log, prometheus.NewRegistry())
+	wh, err := openWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync status:", err)
 		return exitFail
 	}
-	defer st.(closer).Close()
-	states, err := st.LoadStates(ctx)
+	defer wh.Close()
+	states, err := wh.LoadStates(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync status:", err)
 		return exitFail
 	}
-	fmt.Fprintf(stdout, "sync state in %s\n\n", where)
+	fmt.Fprintf(stdout, "sync state in %s\n\n", wh)
 	printStates(stdout, states, time.Now())
 	return exitOK
 }
@@ -101,15 +101,16 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 			"check api.token (SURVEYSYNC_API__TOKEN) and api.base_url; the account needs API access")
 	}
 
+	wh, err := openWarehouse(ctx, cfg, log, reg)
+	where := ""
+	if err == nil {
+		where = wh.String()
+		wh.Close()
+	}
 	if len(cfg.ClickHouse.Addr) > 0 {
-		st, _, where, err := openStore(ctx, cfg, log, reg)
-		if err == nil {
-			st.(closer).Close()
-		}
 		report("clickhouse "+fmt.Sprint(cfg.ClickHouse.Addr)+" ("+where+")", err,
 			"check clickhouse.addr (native port, usually 9000), username, password, and that the user may CREATE in clickhouse.database")
 	} else {
-		_, _, where, err := openStore(ctx, cfg, log, reg)
 		report("sink "+where, err, "check parquet.dir is writable")
 	}
 

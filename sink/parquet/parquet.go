@@ -1,7 +1,8 @@
-// Package parquet is surveysync's embedded default sink: it writes the
+// Package parquet is surveysync's embedded default warehouse: it writes the
 // responses and answers tables as Parquet files in a local directory, and
 // keeps the stream checkpoints and survey list in small JSON files beside
-// them. It is what runs when no ClickHouse is configured, and a way to feed
+// them, the uploaded-files index and the feed ledger in JSONL files
+// (OpenWarehouse). It is what runs when no ClickHouse is configured, and a way to feed
 // a data lake.
 //
 // # Layout
@@ -9,6 +10,7 @@
 //	<dir>/responses/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
+//	<dir>/uploaded_files.jsonl, <dir>/_feeds/<feed>.{contacts,sends}.jsonl
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
 // date_completed, else of date_created (partial responses); a deleted
