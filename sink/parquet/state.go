@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline"
 )
 
@@ -193,45 +194,24 @@ func (s *Sink) readJSON(name string, v any) error {
 }
 
 // writeJSON replaces <dir>/_state/name with v durably.
-func (s *Sink) writeJSON(name string, v any) (err error) {
+func (s *Sink) writeJSON(name string, v any) error {
 	dir := filepath.Join(s.dir, stateDirName)
 	path := filepath.Join(dir, name)
 	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("parquet sink: encode %s: %w", path, err)
 	}
-	raw = append(raw, '\n')
-	if err := mkdirAllSync(dir); err != nil {
+	if err := atomicfile.MkdirAll(dir); err != nil {
 		return fmt.Errorf("parquet sink: %w", err)
 	}
-	f, err := os.CreateTemp(dir, tmpPrefix+name+"-*"+tmpSuffix)
-	if err != nil {
-		return fmt.Errorf("parquet sink: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("parquet sink: write %s: %w", path, err)
-		}
-	}()
-	if _, err := f.Write(raw); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if s.testHookBeforeRename != nil {
-		if err := s.testHookBeforeRename(tmp); err != nil {
+	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
+		if _, err := f.Write(append(raw, '\n')); err != nil {
 			return err
 		}
+		return s.beforeRename(f.Name())
+	})
+	if err != nil {
+		return fmt.Errorf("parquet sink: write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return nil
 }
