@@ -261,8 +261,8 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 	start := p.o.Now()
 	resp, err := p.fetcher.GetResponse(ctx, r.SurveyID, r.ResponseID)
-	p.m.fetchSeconds.Observe(time.Since(start).Seconds())
 	now := p.o.Now()
+	p.m.fetchSeconds.Observe(now.Sub(start).Seconds())
 	it := flatten.Item{
 		SurveyID:   r.SurveyID,
 		ResponseID: r.ResponseID,
@@ -436,7 +436,7 @@ func (p *Pipeline) write(ctx context.Context, bt batch) error {
 	for attempt := 1; ; attempt++ {
 		start := p.o.Now()
 		err := p.sink.Write(ctx, bt.b)
-		p.m.writeSeconds.Observe(time.Since(start).Seconds())
+		p.m.writeSeconds.Observe(p.o.Now().Sub(start).Seconds())
 		if err == nil {
 			p.m.rowsWritten.WithLabelValues(flatten.TableResponses).Add(float64(resp))
 			p.m.rowsWritten.WithLabelValues(flatten.TableAnswers).Add(float64(answers))

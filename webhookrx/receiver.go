@@ -332,7 +332,7 @@ func (r *Receiver) commit(sp *spool, batch []*appendReq) {
 	for i, q := range batch {
 		evs[i] = q.ev
 	}
-	start := time.Now()
+	start := r.s.Now()
 	res, err := sp.append(evs, r.s.SpoolMaxEvents, r.s.SpoolMaxBytes)
 	var accepted []Event
 	for i, x := range res {
@@ -341,7 +341,7 @@ func (r *Receiver) commit(sp *spool, batch []*appendReq) {
 		}
 	}
 	if len(accepted) > 0 || err != nil {
-		r.m.commitDur.Observe(time.Since(start).Seconds())
+		r.m.commitDur.Observe(r.s.Now().Sub(start).Seconds())
 		r.m.commitEvents.Observe(float64(len(accepted)))
 		r.setSpoolErr(err)
 	}
@@ -398,9 +398,9 @@ func (r *Receiver) process(ctx context.Context, stop <-chan struct{}, ev Event) 
 	}
 	delay := r.s.RetryInitial
 	for attempt := 1; ; attempt++ {
-		start := time.Now()
+		start := r.s.Now()
 		err := r.proc.Process(ctx, ev)
-		r.m.processDur.Observe(time.Since(start).Seconds())
+		r.m.processDur.Observe(r.s.Now().Sub(start).Seconds())
 		switch {
 		case err == nil:
 			return done(OutcomeProcessed, nil, attempt)

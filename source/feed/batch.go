@@ -135,7 +135,7 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 	keys := make(map[keyID]uint8)
 	batchPushed := map[string]int64{}
 	open := map[keyID]ContactEntry{} // intents not (yet) settled
-	start := time.Now()
+	start := f.now()
 	var n int64
 	err := f.ledger.LoadContacts(ctx, f.opts.Name, func(e ContactEntry) error {
 		n++
@@ -190,7 +190,7 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 		}
 	}
 	f.log.Info("feed ledger loaded", "feed", f.opts.Name, "records", n, "keys", len(keys),
-		"uncertain", uncertain, "took", time.Since(start).Round(time.Millisecond))
+		"uncertain", uncertain, "took", f.now().Sub(start).Round(time.Millisecond))
 	if dry {
 		f.loadedDry = true // a real run loads again and settles open intents
 	} else {

@@ -494,7 +494,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 		outcome = "error"
 	}
 	p.m.cycles.WithLabelValues(stream, outcome).Inc()
-	p.m.cycleSeconds.WithLabelValues(stream).Observe(time.Since(start).Seconds())
+	p.m.cycleSeconds.WithLabelValues(stream).Observe(p.o.Now().Sub(start).Seconds())
 	p.save(ctx, key, st)
 	return err
 }
