@@ -41,7 +41,7 @@ type Ref struct {
 // Options tune the pipeline. Zero values take the defaults noted.
 type Options struct {
 	FetchConcurrency int           // concurrent detail fetches (16)
-	MaxRows          int           // answer rows per batch (100 000)
+	MaxRows          int           // answer rows per batch (30 000, as sync.batch.max_rows)
 	MaxBytes         int           // approximate bytes per batch (64 MiB)
 	MaxDelay         time.Duration // longest a response waits in a batch (1 s)
 	UrgentDelay      time.Duration // longest an Urgent ref waits in a batch (50 ms)
@@ -62,7 +62,7 @@ func (o *Options) defaults() {
 		o.FetchConcurrency = 16
 	}
 	if o.MaxRows <= 0 {
-		o.MaxRows = 100_000
+		o.MaxRows = 30_000
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 64 << 20

@@ -59,7 +59,7 @@ type Options struct {
 	Statuses        []string      // streams to poll (completed, disqualified, quotafull, partial)
 	PollInterval    time.Duration // 30 s
 	Overlap         time.Duration // 10 min
-	SettleLag       time.Duration // 5 s
+	SettleLag       time.Duration // none; sync.settle_lag is 5 s
 	PartialLookback time.Duration // 72 h
 	// PartialRescanInterval is how often the partial stream re-reads its
 	// whole lookback (partial responses change while they stay partial);
