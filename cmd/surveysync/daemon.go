@@ -245,27 +245,27 @@ type parts struct {
 	health  *health
 	surveys []int64
 	where   string
-	closers []func() error
+	close   func() error // closes the files store
 }
 
 // assemble builds the components: the files copier, the survey book, the
 // pipeline, the poller, the webhook receiver and the feed runner.
 func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (d *parts, err error) {
-	d = &parts{health: &health{client: client, sink: wh}, where: wh.String()}
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), close: func() error { return nil }}
 	defer func() {
 		if err != nil {
 			d.close()
 		}
 	}()
 	if cfg.Files.Enabled {
-		var closeCopier func() error
-		if d.copier, closeCopier, err = newCopier(ctx, cfg, client, wh, log, reg); err != nil {
-			return d, fmt.Errorf("files: %w", err)
+		copier, closeStore, err := newCopier(ctx, cfg, client, wh, log, reg)
+		if err != nil {
+			return nil, fmt.Errorf("files: %w", err)
 		}
-		d.closers = append(d.closers, closeCopier)
+		d.copier, d.close = copier, closeStore
 	}
 	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
-		return d, err
+		return nil, err
 	}
 	d.pipe = pipeline.New(pipeline.Options{
 		OnResponse:       d.onResponse,
@@ -292,13 +292,13 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	}, client, d.pipe, wh, wh.Inventory())
 	if cfg.Webhooks.Enabled {
 		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, now: time.Now}, log, reg); err != nil {
-			return d, fmt.Errorf("webhooks: %w", err)
+			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}
 	if len(cfg.Feeds) > 0 {
 		if d.feeds, err = newFeedRunner(cfg, client, wh, log, reg); err != nil {
-			return d, fmt.Errorf("feeds: %w", err)
+			return nil, fmt.Errorf("feeds: %w", err)
 		}
 	}
 	return d, nil
@@ -316,12 +316,6 @@ func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID surve
 	d.book.seen(surveyID, r.SurveyName)
 	if d.copier != nil {
 		d.copier.HandleResponse(ctx, r)
-	}
-}
-
-func (d *parts) close() {
-	for i := len(d.closers) - 1; i >= 0; i-- {
-		_ = d.closers[i]()
 	}
 }
 
