@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -12,6 +13,10 @@ import (
 	"sort"
 	"strings"
 )
+
+// shutdownKey carries, in a request's context, the context whose end means
+// the server is shutting down (Runner.serve sets it).
+type shutdownKey struct{}
 
 // HTTPResponse is the answer of an http feed to a POST: one result per
 // posted row, in order (Line is the row's index + 1).
@@ -78,7 +83,13 @@ func (f *feed) httpHandler() http.Handler {
 			return sourceRow{line: int64(i), get: mapGetter(obj)}, nil
 		}
 		resp := HTTPResponse{Rows: make([]RowResult, 0, len(raw))}
-		sum, err := f.runBatch(r.Context(), "http:"+newID(f), "", next, func(rr RowResult) {
+		// The client going away stops reading; the server's shutdown (not
+		// the disconnect) starts the grace after which calls are cancelled.
+		shutdown, ok := r.Context().Value(shutdownKey{}).(context.Context)
+		if !ok {
+			shutdown = context.WithoutCancel(r.Context()) // mounted elsewhere: calls end by the API timeout
+		}
+		sum, err := f.runBatchStop(r.Context(), shutdown, "http:"+newID(f), "", next, func(rr RowResult) {
 			resp.Rows = append(resp.Rows, rr)
 		}, false)
 		resp.Summary = sum
