@@ -43,6 +43,12 @@ type Options struct {
 	SignatureTolerance time.Duration
 	// MaxBodyBytes bounds a request body (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxConns caps the open connections of the Listen server; past it new
+	// connections wait in the kernel's backlog, so slow or idle clients
+	// cannot exhaust the process's file descriptors. Default 1 024. The
+	// server also bounds reading headers (10 s), a whole request (30 s),
+	// writing the answer (30 s) and idle keep-alive connections (2 min).
+	MaxConns int
 
 	// SpoolDir holds the durable spool. Required. One process at a time:
 	// Run takes an exclusive lock on SpoolDir/lock.
@@ -110,7 +116,7 @@ func (o Options) resolve() (*settings, error) {
 	if o.BasicAuthUser == "" && o.BasicAuthPassword != "" {
 		errs = append(errs, errors.New("webhookrx: basic auth: password set without a user"))
 	}
-	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 {
+	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 || o.MaxConns < 0 {
 		errs = append(errs, errors.New("webhookrx: sizes and counts must not be negative"))
 	}
 	s := &settings{Options: o}
@@ -162,6 +168,7 @@ func (o Options) resolve() (*settings, error) {
 		}
 	}
 	def(&s.MaxBodyBytes, 1<<20)
+	defInt(&s.MaxConns, 1024)
 	defInt(&s.SpoolMaxEvents, 100_000)
 	def(&s.SpoolMaxBytes, 256<<20)
 	def(&s.SegmentBytes, 4<<20)

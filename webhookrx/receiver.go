@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // maxCommitBatch bounds the events of one group commit (SegmentBytes
@@ -153,6 +155,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		}
 		a := ln.Addr().String()
 		r.addr.Store(&a)
+		ln = netutil.LimitListener(ln, s.MaxConns)
 	}
 	for _, ev := range replay {
 		r.m.event(ev.Kind(), evReplayed)
