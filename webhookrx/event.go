@@ -35,6 +35,13 @@ type Event struct {
 	Name string
 }
 
+// work is an event handed to the workers.
+type work struct {
+	ev       Event
+	size     int64 // of its spool record: what it costs in memory while handed out
+	attempts int   // Process calls that failed before this one
+}
+
 // Event kinds, as returned by Kind and used in metric labels.
 const (
 	KindSurveyLaunched   = survey.EventSurveyLaunched

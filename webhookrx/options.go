@@ -58,6 +58,12 @@ type Options struct {
 	// 100 000 events and 256 MiB.
 	SpoolMaxEvents int
 	SpoolMaxBytes  int64
+	// SpoolMemoryBytes bounds the bodies of spooled events held in memory:
+	// those handed to the workers (queued or being processed). The other
+	// waiting events are kept as small index entries and read back from
+	// the spool files when their turn comes. Default 16 MiB; at least one
+	// event is always handed out.
+	SpoolMemoryBytes int64
 	// SegmentBytes is the size at which a spool segment file is closed and a
 	// new one started. Default 4 MiB.
 	SegmentBytes int64
@@ -116,7 +122,7 @@ func (o Options) resolve() (*settings, error) {
 	if o.BasicAuthUser == "" && o.BasicAuthPassword != "" {
 		errs = append(errs, errors.New("webhookrx: basic auth: password set without a user"))
 	}
-	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 || o.MaxConns < 0 {
+	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 || o.MaxConns < 0 || o.SpoolMemoryBytes < 0 {
 		errs = append(errs, errors.New("webhookrx: sizes and counts must not be negative"))
 	}
 	s := &settings{Options: o}
@@ -172,6 +178,7 @@ func (o Options) resolve() (*settings, error) {
 	defInt(&s.SpoolMaxEvents, 100_000)
 	def(&s.SpoolMaxBytes, 256<<20)
 	def(&s.SegmentBytes, 4<<20)
+	def(&s.SpoolMemoryBytes, 16<<20)
 	defInt(&s.DedupeIDs, 100_000)
 	defInt(&s.ProcessConcurrency, 256)
 	defInt(&s.LogBatch, 1000)
