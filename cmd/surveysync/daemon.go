@@ -296,7 +296,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			SpoolMaxBytes:          int64(w.SpoolMaxBytes),
 			Logger:                 log.With("component", "webhooks"),
 			Registerer:             reg,
-		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, now: time.Now}, evlog)
+		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: inv, now: time.Now}, evlog)
 		if err != nil {
 			return fmt.Errorf("webhooks: %w", err)
 		}
