@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
@@ -100,7 +101,7 @@ type webhookEnv struct {
 
 // startWebhooks wires the receiver, the processor, a pipeline into a
 // Parquet sink and the API client against the stub, as the daemon does.
-func startWebhooks(t *testing.T, apiURL string) *webhookEnv {
+func startWebhooks(t *testing.T, apiURL string, inv ...poll.Inventory) *webhookEnv {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := surveyapi.New(surveyapi.Options{BaseURL: apiURL + "/v1", Token: "test-token", UserAgent: "surveysync-test (test@example.cz)",
@@ -125,7 +126,7 @@ func startWebhooks(t *testing.T, apiURL string) *webhookEnv {
 	elog := &memEventLog{}
 	rx, err := webhookrx.New(webhookrx.Options{Listen: "127.0.0.1:0", Path: "/hooks/0123456789abcdef", SpoolDir: t.TempDir(),
 		ProcessConcurrency: 16, LogInterval: 10 * time.Millisecond, Logger: quiet},
-		&webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, now: time.Now}, elog)
+		&webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: firstInv(inv), now: time.Now}, elog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,4 +269,49 @@ func TestLaunchedUnreadableSurveyAndUnseen404(t *testing.T) {
 	// The check above can fail: a readable response does write files.
 	e.post(t, responseEvent(readableSurvey, 2, "0000"))
 	waitUntil(t, "a written response", 10*time.Second, func() bool { return len(files()) > 0 })
+}
+
+func firstInv(inv []poll.Inventory) poll.Inventory {
+	if len(inv) == 0 {
+		return nil
+	}
+	return inv[0]
+}
+
+// fakeInventory knows one response of the readable survey.
+type fakeInventory struct{ known survey.GUID }
+
+func (f fakeInventory) CurrentResponses(_ context.Context, surveyID int64) (map[survey.GUID]string, error) {
+	if surveyID != readableSurvey {
+		return nil, nil
+	}
+	return map[survey.GUID]string{f.known: "completed"}, nil
+}
+
+// With an inventory, a webhook 404 for a response the warehouse has is a
+// deletion: it is written; one for a response it never had is not.
+func TestWebhook404DeletesOnlyKnownResponses(t *testing.T) {
+	api, _ := stubAPI(t)
+	known := survey.GUID(strings.ToLower(fmt.Sprintf("DA453B67-791E-4D4D-9009-%08X%s", 7, "DEAD")))
+	e := startWebhooks(t, api.URL, fakeInventory{known: known})
+	e.post(t, responseEvent(readableSurvey, 8, "DEAD")) // never seen
+	waitUntil(t, "the unseen 404", 10*time.Second, func() bool { return len(e.log.all()) == 1 })
+	if le := e.log.all()[0]; le.Outcome != webhookrx.OutcomeRejected || !strings.Contains(le.Error, "no deletion written") {
+		t.Fatalf("unseen 404: %+v", le)
+	}
+	e.post(t, responseEvent(readableSurvey, 7, "DEAD")) // in the inventory
+	waitUntil(t, "the known 404", 10*time.Second, func() bool { return len(e.log.all()) == 2 })
+	if le := e.log.all()[1]; le.Outcome != webhookrx.OutcomeProcessed {
+		t.Fatalf("known 404: %+v", le)
+	}
+	var written []string
+	filepath.Walk(e.dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && strings.HasSuffix(p, ".parquet") {
+			written = append(written, p)
+		}
+		return nil
+	})
+	if len(written) == 0 {
+		t.Fatal("the deletion of a known response was not written")
+	}
 }
