@@ -51,7 +51,7 @@ type gate struct {
 
 func newFeeder(r *Receiver, sp *spool, backlog []uint64) *feeder {
 	return &feeder{r: r, sp: sp, backlog: seqFIFO{items: backlog}, gates: map[int64]*gate{},
-		attempts: map[uint64]int{}, now: time.Now}
+		attempts: sp.attempts, now: time.Now}
 }
 
 // accepted takes a newly spooled event: straight to the queue (its body is
@@ -96,9 +96,12 @@ func (f *feeder) outcome(o outcomeReq) {
 		}
 		return
 	}
-	f.attempts[o.seq] = o.attempts
 	if f.sp.bySeq[o.seq] == nil {
 		return
+	}
+	if f.attempts[o.seq] != o.attempts {
+		f.attempts[o.seq] = o.attempts
+		f.sp.noteAttempts(o.seq, o.attempts)
 	}
 	if g == nil {
 		g = &gate{survey: o.survey, index: -1}

@@ -245,3 +245,27 @@ func TestOneFailingEventDoesNotHoldItsSurvey(t *testing.T) {
 		t.Error("the failing event should still be spooled")
 	}
 }
+
+// An event's failed attempts are counted across a restart (retries.log).
+func TestAttemptsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(t, dir)
+	var calls atomic.Int64
+	failing := ProcessorFunc(func(ctx context.Context, ev Event) error {
+		calls.Add(1)
+		return errors.New("HTTP 503")
+	})
+	rx := start(t, o, failing, nil)
+	post(t, rx.url, surveyResponseBody(1, 1), nil)
+	waitFor(t, "three failed attempts", func() bool { return calls.Load() >= 3 })
+	if err := rx.stop(); err != nil {
+		t.Fatal(err)
+	}
+	failed := calls.Load()
+	log := &memLog{}
+	start(t, o, ProcessorFunc(func(context.Context, Event) error { return nil }), log)
+	waitFor(t, "the event logged", func() bool { return len(log.all()) == 1 })
+	if got := log.all()[0].Attempts; got != int(failed)+1 {
+		t.Fatalf("attempts %d after %d failures before the restart", got, failed)
+	}
+}

@@ -83,11 +83,14 @@ type Options struct {
 	// in spool order). Default 256: a Process call that waits for its
 	// pipeline batch to be flushed (up to the batch delay) holds a worker
 	// that long, so throughput is about ProcessConcurrency / batch delay;
-	// concurrent calls share one batch. With 1, events are processed
-	// strictly in order.
+	// concurrent calls share one batch. With 1, events are processed in
+	// order, except that an event whose Process failed is retried after
+	// the events behind it.
 	ProcessConcurrency int
-	// RetryInitial and RetryMax bound the backoff between attempts of a
-	// failing Process (doubling, with jitter). Defaults 500 ms and 1 min.
+	// RetryInitial and RetryMax bound the backoffs of failing events
+	// (doubling, with jitter): the gate of a survey whose events fail
+	// transiently (per failure in a row), and an event's own retries (per
+	// attempt). Defaults 500 ms and 1 min.
 	RetryInitial time.Duration
 	RetryMax     time.Duration
 	// LogBatch and LogInterval batch writes to the EventLog. Defaults 1 000

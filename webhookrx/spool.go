@@ -34,6 +34,7 @@ const (
 	segPrefix  = "wal-"
 	segSuffix  = ".log"
 	doneName   = "done.log"
+	retryName  = "retries.log"
 	lockName   = "lock"
 	recHdrLen  = 8
 	payloadFix = 8 + 8 + 2
@@ -87,6 +88,11 @@ type spool struct {
 	doneAtLoad map[string]int
 	// replayedKinds counts, by kind, the events found waiting at start.
 	replayedKinds map[string]int
+	// attempts are the failed Process calls of waiting events recorded in
+	// retries.log ("<seq> <attempts>" per failed attempt, best effort, not
+	// synced): so an event's attempt count and backoff survive a restart.
+	attempts map[uint64]int
+	retryF   *os.File
 }
 
 // openSpool locks dir, loads the done index and the segments, and returns
@@ -141,7 +147,56 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 		evs = append(evs, loaded...)
 	}
 	s.nextSeq = maxSeq + 1
+	if err := s.openRetries(); err != nil {
+		return fail(err)
+	}
 	return s, evs, nil
+}
+
+// openRetries loads retries.log, keeps the counts of events still waiting,
+// and rewrites it with them.
+func (s *spool) openRetries() error {
+	s.attempts = map[uint64]int{}
+	path := filepath.Join(s.dir, retryName)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("webhookrx: spool: read %s: %w", retryName, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		a, b, ok := strings.Cut(line, " ")
+		seq, err1 := strconv.ParseUint(a, 10, 64)
+		n, err2 := strconv.Atoi(b)
+		if ok && err1 == nil && err2 == nil && n > 0 && s.bySeq[seq] != nil {
+			s.attempts[seq] = max(s.attempts[seq], n)
+		}
+	}
+	var b strings.Builder
+	for seq, n := range s.attempts {
+		fmt.Fprintf(&b, "%d %d\n", seq, n)
+	}
+	if err := writeFileSync(path+".tmp", []byte(b.String())); err != nil {
+		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool: open %s: %w", retryName, err)
+	}
+	s.retryF = f
+	return nil
+}
+
+// noteAttempts records that the event seq has failed n times (best
+// effort: a lost line only resets a count).
+func (s *spool) noteAttempts(seq uint64, n int) {
+	if s.retryF == nil {
+		return
+	}
+	if _, err := fmt.Fprintf(s.retryF, "%d %d\n", seq, n); err != nil {
+		s.log.Warn("webhook spool: cannot record an attempt count", "error", err)
+	}
 }
 
 func segmentNames(dir string) ([]string, error) {
@@ -539,6 +594,10 @@ func (s *spool) close() {
 	}
 	for _, seg := range s.segs {
 		seg.closeRead()
+	}
+	if s.retryF != nil {
+		_ = s.retryF.Close()
+		s.retryF = nil
 	}
 	if s.done != nil {
 		s.done.close()
