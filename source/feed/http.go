@@ -120,10 +120,6 @@ func (f *feed) httpHandler() http.Handler {
 			httpError(w, http.StatusBadRequest, "body must hold exactly one JSON array")
 			return
 		}
-		// The body is read: the server's read deadline (ReadTimeout) must not
-		// fire during the push, or the request's context would be cancelled
-		// as if the client had gone.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		i := 0
 		next := func() (sourceRow, error) {
 			if i >= len(raw) {

@@ -3,6 +3,7 @@ package feed_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 
@@ -194,5 +196,87 @@ func TestSlowlorisOnFeedPort(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("feed port after the slowloris: %d", res.StatusCode)
+	}
+}
+
+// The feed listener's bounds do not cut honest work: a push that takes
+// longer than ReadTimeout and WriteTimeout still gets its answer (net/http
+// lifts the read deadline once the body is read; the write deadline counts
+// from the end of the push), and a request beyond MaxRequests waits for a
+// slot, then gets 503 + Retry-After.
+func TestFeedListenerBounds(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.Delay = 100 * time.Millisecond
+	ledger, err := feed.NewFileLedger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ledger.Close()
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	r, err := feed.NewRunner(feed.RunnerOptions{
+		Feeds: []feed.Options{{Name: "web", Type: feed.TypeHTTP, DistributionID: dist, Channel: feed.ChannelEmail, Concurrency: 1, ChunkRows: 2,
+			Mapping: map[string]string{"email": "email"}, HTTP: feed.HTTPOptions{Path: "/feeds/web", Token: "s3cret", Listen: addr}}},
+		API: newClient(t, svc.URL(), 5*time.Second), Ledger: ledger, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		HTTPServer: feed.HTTPServerOptions{MaxRequests: 1, RequestWait: 200 * time.Millisecond,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	post := func(body string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/feeds/web", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer s3cret")
+		return http.DefaultClient.Do(req)
+	}
+	var rows []string
+	for i := range 10 { // 10 calls of 100 ms, one at a time: ~1 s
+		rows = append(rows, fmt.Sprintf(`{"email": "c%d@example.cz"}`, i))
+	}
+	for range 200 { // the listener is up once it answers
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	long := make(chan error, 1)
+	go func() {
+		res, err := post("[" + strings.Join(rows, ",") + "]")
+		if err == nil {
+			var out feed.HTTPResponse
+			err = json.NewDecoder(res.Body).Decode(&out)
+			res.Body.Close()
+			if err == nil && (res.StatusCode != 200 || out.Pushed != 10) {
+				err = fmt.Errorf("long push: %d, %+v", res.StatusCode, out.Summary)
+			}
+		}
+		long <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	res, err := post(`{"email": "other@example.cz"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Errorf("a second request while the only slot is busy: %d %v", res.StatusCode, res.Header)
+	}
+	if err := <-long; err != nil {
+		t.Fatal(err)
 	}
 }
