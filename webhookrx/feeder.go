@@ -146,10 +146,16 @@ func (f *feeder) load(sp *spooled) bool {
 	return true
 }
 
+// maxLoadsPerFill bounds the events one fill reads back from disk, so a
+// long backlog does not hold up the spool loop (and the group commits)
+// for long; the next tick or worker report goes on.
+const maxLoadsPerFill = 1024
+
 // fill hands out, while the memory window has room: the probes of due
-// gates, then released events, then the backlog.
+// gates, then due retries, then released events, then the backlog.
 func (f *feeder) fill() {
 	now := f.now()
+	loads := 0
 	for f.due.Len() > 0 && !f.due[0].at.After(now) {
 		g := f.due[0]
 		if len(g.parked) == 0 {
@@ -182,11 +188,12 @@ func (f *feeder) fill() {
 			g.parked = append(g.parked, sp.seq)
 			continue
 		}
-		if !f.room(sp.size) {
+		if !f.room(sp.size) || loads >= maxLoadsPerFill {
 			return
 		}
 		heap.Pop(&f.retries)
 		f.load(sp)
+		loads++
 	}
 	for _, q := range []*seqFIFO{&f.released, &f.backlog} {
 		for !q.empty() {
@@ -200,11 +207,12 @@ func (f *feeder) fill() {
 				g.parked = append(g.parked, sp.seq)
 				continue
 			}
-			if !f.room(sp.size) {
+			if !f.room(sp.size) || loads >= maxLoadsPerFill {
 				return
 			}
 			q.pop()
 			f.load(sp)
+			loads++
 		}
 	}
 }
