@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
@@ -33,6 +35,13 @@ const (
 // the token gets 403 on 666, and 999 does not exist. Response details of
 // 4574 whose id ends in ...DEAD answer 404.
 func stubAPI(t *testing.T) (*httptest.Server, *sync.Map) {
+	// Registered first, so it runs after every other cleanup: nothing the
+	// receiver, the pipeline or the client started is left running.
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		goleak.VerifyNone(t, ignore)
+	})
 	var calls sync.Map // path → count
 	errBody := func(w http.ResponseWriter, status int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
