@@ -110,6 +110,12 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 	return nil
 }
 
+// responseLookup is an inventory that can look up one response
+// (clickhouse.Sink) instead of listing a whole survey.
+type responseLookup interface {
+	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
+}
+
 // known reports whether a response is in the sink's inventory, for a
 // webhook whose response answered 404: a deletion is written only for a
 // response the warehouse has. Without an inventory (Parquet) it is never
@@ -117,6 +123,9 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 func (w *webhookProcessor) known(ctx context.Context, surveyID int64, id survey.GUID) (bool, error) {
 	if w.inv == nil {
 		return false, nil
+	}
+	if l, ok := w.inv.(responseLookup); ok {
+		return l.HasResponse(ctx, surveyID, id) // one point query (ClickHouse)
 	}
 	cur, err := w.inv.CurrentResponses(ctx, surveyID)
 	if err != nil {
