@@ -46,9 +46,11 @@ type Warehouse interface {
 }
 
 // Inventory lists the responses the warehouse shows as current, with their
-// status; the poller's reconcile pass compares them with the service's lists.
+// status; the poller's reconcile pass compares them with the service's
+// lists. HasResponse looks up one (a webhook whose response answered 404).
 type Inventory interface {
 	CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
+	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
 }
 
 // QueryConn runs a query; clickhouse-go's driver.Conn implements it.
