@@ -454,14 +454,18 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 	// the limit is refused before a byte of it is read.
 	var buf *heldBody
 	var rerr error
+	// Waiting for the budget is the client's own queue, not the service
+	// being slow: the attempt's clock stops meanwhile (the caller's context
+	// still bounds the wait) and restarts with a full Timeout.
+	w := waiter{pause: timer.Stop, resume: func() { timer.Reset(c.timeout) }}
 	if ce := resp.Header.Get("Content-Encoding"); ok && ce != "" && !strings.EqualFold(ce, "identity") {
 		// The transport asked for gzip and inflated it (removing the
 		// header); anything else was not asked for and cannot be read.
 		rerr = fmt.Errorf("%w: Content-Encoding %q was not asked for", errBadEncoding, c.redact(ce))
 	} else if ok {
-		buf, rerr = c.budget.read(actx, resp.Body, resp.ContentLength, c.budget.max, false)
+		buf, rerr = c.budget.read(ctx, w, resp.Body, resp.ContentLength, c.budget.max, false)
 	} else {
-		buf, rerr = c.budget.read(actx, resp.Body, resp.ContentLength, maxErrorBody, true)
+		buf, rerr = c.budget.read(ctx, w, resp.Body, resp.ContentLength, maxErrorBody, true)
 	}
 	resp.Body.Close()
 	stop()
