@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -120,7 +121,9 @@ func TestHostileBodyTooLarge(t *testing.T) {
 				n, _ := io.Copy(w, io.MultiReader(strings.NewReader(`{"result": {"survey_name": "`), &genReader{n: size}))
 				sent = n
 			})
-			h := newClient(t, s.URL, nil)
+			// Reading 64 MiB under -race on a loaded machine can take seconds:
+			// the attempt must not time out (and be retried) before the limit.
+			h := newClient(t, s.URL, func(o *Options) { o.Timeout = time.Minute })
 			var err error
 			n := allocated(func() { _, err = h.c.GetResponse(context.Background(), 4574, testRID) })
 			checkPermanent(t, err, "too_large", "survey 4574 response "+testRID, s)
@@ -200,7 +203,7 @@ func TestHostileConcurrentBodiesWithinBudget(t *testing.T) {
 		}
 		io.Copy(w, strings.NewReader(body)) // without a length: chunked
 	})
-	h := newClient(t, s.URL, func(o *Options) { o.MaxConcurrency = 16; o.MaxBody = maxBody; o.BodyBudget = total })
+	h := newClient(t, s.URL, func(o *Options) { o.MaxConcurrency = 16; o.MaxBody = maxBody; o.BodyBudget = total; o.Timeout = time.Minute })
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
