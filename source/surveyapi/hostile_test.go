@@ -203,7 +203,12 @@ func TestHostileConcurrentBodiesWithinBudget(t *testing.T) {
 		}
 		io.Copy(w, strings.NewReader(body)) // without a length: chunked
 	})
-	h := newClient(t, s.URL, func(o *Options) { o.MaxConcurrency = 16; o.MaxBody = maxBody; o.BodyBudget = total; o.Timeout = time.Minute })
+	h := newClient(t, s.URL, func(o *Options) {
+		o.MaxConcurrency = 16
+		o.MaxBody = maxBody
+		o.BodyBudget = total
+		o.Timeout = time.Minute
+	})
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
