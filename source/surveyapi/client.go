@@ -485,10 +485,13 @@ func (c *Client) answered(ctx context.Context, rq *request, res *result, buf *he
 			res.outcome = OutcomeMalformed
 			res.err = malformed(rq.op, rq.subject, res.status, res.requestID, "too_large",
 				fmt.Sprintf("body larger than %d bytes refused", c.budget.max))
-		case errors.Is(rerr, errBadEncoding) || isGzipError(rerr):
+		case errors.Is(rerr, errBadEncoding):
+			res.outcome = OutcomeMalformed
+			res.err = malformed(rq.op, rq.subject, res.status, res.requestID, "decode", rerr.Error())
+		case isGzipError(rerr):
 			res.outcome = OutcomeMalformed
 			res.err = malformed(rq.op, rq.subject, res.status, res.requestID, "decode",
-				"Content-Encoding: "+rerr.Error())
+				"Content-Encoding gzip does not inflate: "+rerr.Error())
 		default: // the answer was cut short (or the attempt ended waiting for the budget)
 			c.classifyNoAnswer(ctx, rq, res, rerr, timedOut, rq.post)
 			res.err = c.annotate(res.err, fmt.Sprintf("HTTP %d answered, body cut short", res.status))
