@@ -698,6 +698,11 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 			from = p.o.BackfillFrom
 		}
 	}
+	if st.Watermark.IsZero() && stream == pipeline.StreamPartial {
+		p.mu.Lock()
+		p.rescan[key] = now // a backfill reads the whole lookback too
+		p.mu.Unlock()
+	}
 	if !to.After(from) {
 		return 0, nil
 	}
