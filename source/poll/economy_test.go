@@ -131,20 +131,24 @@ func TestPartialRescanRereadsOnlyPartials(t *testing.T) {
 func TestScheduleBacksOffWhenIdleAndResetsOnNew(t *testing.T) {
 	p := New(Options{PollInterval: 30 * time.Second}, nil, nil, nil, nil)
 	t0 := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	s := &sched{lastNew: t0}
-	p.reschedule(s, "completed", false, t0, t0, 3, nil)
+	s := &sched{}
+	run := func(p *Poller, stream string, at time.Time, lastNew time.Time, ended bool) {
+		s.t0, s.t1 = at, at
+		p.reschedule(s, stream, ended, lastNew)
+	}
+	run(p, "completed", t0, t0, false)
 	if s.interval != 30*time.Second {
 		t.Fatalf("active: %v", s.interval)
 	}
 	// Idle for less than IdleAfter (10 min): stays at the poll interval.
-	p.reschedule(s, "completed", false, t0.Add(5*time.Minute), t0.Add(5*time.Minute), 0, nil)
+	run(p, "completed", t0.Add(5*time.Minute), t0, false)
 	if s.interval != 30*time.Second {
 		t.Fatalf("briefly idle: %v", s.interval)
 	}
 	at := t0.Add(10 * time.Minute)
 	var got []time.Duration
 	for range 8 {
-		p.reschedule(s, "completed", false, at, at, 0, nil)
+		run(p, "completed", at, t0, false)
 		got = append(got, s.interval)
 		at = s.next
 	}
@@ -152,21 +156,23 @@ func TestScheduleBacksOffWhenIdleAndResetsOnNew(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("idle backoff %v, want %v", got, want)
 	}
-	p.reschedule(s, "completed", false, at, at, 1, nil)
+	// Another stream of the survey found something: this one comes back.
+	s.next = at.Add(30 * time.Minute)
+	p.activate(s, "completed", false, at)
 	if s.interval != 30*time.Second || !s.next.Equal(at.Add(30*time.Second)) {
 		t.Fatalf("after a new response: %v next %v", s.interval, s.next)
 	}
 	// Webhooks: the safety net, coarser for the other streams; ended: rare.
 	pw := New(Options{Webhooks: true}, nil, nil, nil, nil)
-	pw.reschedule(s, "completed", false, at, at, 5, nil)
+	run(pw, "completed", at, at, false)
 	if s.interval != 30*time.Minute {
 		t.Fatalf("webhooks, completed: %v", s.interval)
 	}
-	pw.reschedule(s, "partial", false, at, at, 5, nil)
+	run(pw, "partial", at, at, false)
 	if s.interval != time.Hour {
 		t.Fatalf("webhooks, partial: %v", s.interval)
 	}
-	p.reschedule(s, "completed", true, at, at, 5, nil)
+	run(p, "completed", at, at, true)
 	if s.interval != 6*time.Hour {
 		t.Fatalf("ended: %v", s.interval)
 	}

@@ -421,10 +421,13 @@ func (p *Poller) Run(ctx context.Context) error {
 
 // sched is one stream's schedule.
 type sched struct {
-	interval time.Duration // unstretched; doubles while idle
+	interval time.Duration // unstretched; doubles while the survey is idle
 	next     time.Time
-	lastNew  time.Time
 	ok       bool // one cycle succeeded
+	// the last cycle's outcome
+	t0, t1 time.Time
+	found  int
+	err    error
 }
 
 // cadence returns a stream's base interval and the longest it backs off to.
@@ -452,25 +455,35 @@ func (p *Poller) stretched(d time.Duration) time.Duration {
 	return min(time.Duration(float64(d)*f), 24*time.Hour)
 }
 
-// reschedule sets a stream's next cycle after one that started at t0 and
-// ended at t1 and found found new or changed responses.
-func (p *Poller) reschedule(s *sched, stream string, ended bool, t0, t1 time.Time, found int, err error) {
+// reschedule sets a stream's next cycle after its cycle s.t0–s.t1. A survey
+// is active while any of its streams found a new or changed response in the
+// last IdleAfter (lastNew): its streams keep the base interval. Otherwise,
+// and after a failed cycle, the interval doubles up to the longest.
+func (p *Poller) reschedule(s *sched, stream string, ended bool, lastNew time.Time) {
 	base, longest := p.cadence(stream, ended)
-	switch {
-	case found > 0:
-		s.lastNew = t0
+	if s.err == nil && s.t0.Sub(lastNew) < p.o.IdleAfter {
 		s.interval = base
-	case err != nil || t0.Sub(s.lastNew) >= p.o.IdleAfter:
+	} else {
 		s.interval = min(2*max(s.interval, base/2), longest)
-	default:
-		s.interval = base
 	}
 	s.interval = max(s.interval, base)
-	s.next = t0.Add(p.stretched(s.interval))
-	if s.next.Before(t1) {
-		s.next = t1
+	s.next = s.t0.Add(p.stretched(s.interval))
+	if s.next.Before(s.t1) {
+		s.next = s.t1
 	}
 	p.m.interval.WithLabelValues(stream).Set(p.stretched(s.interval).Seconds())
+}
+
+// activate brings every stream of a survey that just found something back
+// to the base interval.
+func (p *Poller) activate(s *sched, stream string, ended bool, at time.Time) {
+	base, _ := p.cadence(stream, ended)
+	if s.interval > base {
+		s.interval = base
+		if next := at.Add(p.stretched(base)); next.Before(s.next) {
+			s.next = next
+		}
+	}
 }
 
 func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
@@ -489,10 +502,10 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		}
 	}
 	var lastReconcile time.Time
-	started := p.o.Now()
+	lastNew := p.o.Now() // a survey starts active
 	scheds := make(map[string]*sched, len(p.o.Statuses))
 	for _, st := range p.o.Statuses {
-		scheds[st] = &sched{lastNew: started}
+		scheds[st] = &sched{}
 	}
 	for {
 		p.mu.Lock()
@@ -500,24 +513,21 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		p.mu.Unlock()
 		now := p.o.Now()
 		g, gctx := errgroup.WithContext(ctx)
-		var failed atomic.Bool
+		var ran []string
 		for _, stream := range p.o.Statuses {
 			s := scheds[stream]
 			if !ending && s.next.After(now) {
 				continue
 			}
+			ran = append(ran, stream)
 			g.Go(func() error {
-				t0 := p.o.Now()
-				found, err := p.cycle(gctx, id, stream)
-				if err != nil && gctx.Err() == nil {
-					failed.Store(true)
+				s.t0 = p.o.Now()
+				s.found, s.err = p.cycle(gctx, id, stream)
+				s.t1 = p.o.Now()
+				if s.err != nil && gctx.Err() == nil {
 					p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
-						"survey_id", id, "stream", stream, "err", err)
+						"survey_id", id, "stream", stream, "err", s.err)
 				}
-				if err == nil {
-					s.ok = true
-				}
-				p.reschedule(s, stream, ended && !ending, t0, p.o.Now(), found, err)
 				return nil
 			})
 		}
@@ -525,7 +535,25 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		allOK := !failed.Load()
+		found := 0
+		for _, stream := range ran {
+			s := scheds[stream]
+			found += s.found
+			s.ok = s.ok || s.err == nil
+		}
+		if found > 0 {
+			lastNew = now
+		}
+		schedEnded := ended && !ending
+		for _, stream := range ran {
+			p.reschedule(scheds[stream], stream, schedEnded, lastNew)
+		}
+		if found > 0 {
+			for stream, s := range scheds {
+				p.activate(s, stream, schedEnded, now)
+			}
+		}
+		allOK := true
 		for _, s := range scheds {
 			allOK = allOK && s.ok
 		}
@@ -550,6 +578,7 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 			r.ending, r.ended = false, true
 			p.mu.Unlock()
 			for _, s := range scheds {
+				s.interval = p.o.EndedInterval
 				s.next = p.o.Now().Add(p.stretched(p.o.EndedInterval))
 			}
 		}
