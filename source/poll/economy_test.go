@@ -134,7 +134,7 @@ func TestScheduleBacksOffWhenIdleAndResetsOnNew(t *testing.T) {
 	s := &sched{}
 	run := func(p *Poller, stream string, at time.Time, lastNew time.Time, ended bool) {
 		s.t0, s.t1 = at, at
-		p.reschedule(s, stream, ended, lastNew)
+		p.reschedule(s, 1, stream, ended, lastNew)
 	}
 	run(p, "completed", t0, t0, false)
 	if s.interval != 30*time.Second {

@@ -62,8 +62,8 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		}, []string{"kind"}),
 		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "surveysync_poll_interval_seconds",
-			Help: "The interval last scheduled for a stream (any survey): backoff, safety net and budget stretch included.",
-		}, []string{"stream"}),
+			Help: "The interval until a stream's next poll cycle: poll interval, idle backoff, webhook safety net or ended cadence, times the budget stretch.",
+		}, []string{"survey_id", "stream"}),
 		projected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "surveysync_api_calls_projected_monthly",
 			Help: "API calls per 30 days at the pace of the last budget window (every call of this process: lists, details, files, contacts); -1 until measured.",

@@ -459,7 +459,7 @@ func (p *Poller) stretched(d time.Duration) time.Duration {
 // is active while any of its streams found a new or changed response in the
 // last IdleAfter (lastNew): its streams keep the base interval. Otherwise,
 // and after a failed cycle, the interval doubles up to the longest.
-func (p *Poller) reschedule(s *sched, stream string, ended bool, lastNew time.Time) {
+func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool, lastNew time.Time) {
 	base, longest := p.cadence(stream, ended)
 	if s.err == nil && s.t0.Sub(lastNew) < p.o.IdleAfter {
 		s.interval = base
@@ -471,7 +471,7 @@ func (p *Poller) reschedule(s *sched, stream string, ended bool, lastNew time.Ti
 	if s.next.Before(s.t1) {
 		s.next = s.t1
 	}
-	p.m.interval.WithLabelValues(stream).Set(p.stretched(s.interval).Seconds())
+	p.m.interval.WithLabelValues(strconv.FormatInt(surveyID, 10), stream).Set(p.stretched(s.interval).Seconds())
 }
 
 // activate brings every stream of a survey that just found something back
@@ -546,7 +546,7 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		}
 		schedEnded := ended && !ending
 		for _, stream := range ran {
-			p.reschedule(scheds[stream], stream, schedEnded, lastNew)
+			p.reschedule(scheds[stream], id, stream, schedEnded, lastNew)
 		}
 		if found > 0 {
 			for stream, s := range scheds {
@@ -577,9 +577,10 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 			p.mu.Lock()
 			r.ending, r.ended = false, true
 			p.mu.Unlock()
-			for _, s := range scheds {
+			for stream, s := range scheds {
 				s.interval = p.o.EndedInterval
 				s.next = p.o.Now().Add(p.stretched(p.o.EndedInterval))
+				p.m.interval.WithLabelValues(strconv.FormatInt(id, 10), stream).Set(p.stretched(s.interval).Seconds())
 			}
 		}
 		next := time.Time{}
