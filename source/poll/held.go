@@ -21,8 +21,8 @@ import (
 // reconcile, so a restart does not re-read the overlap.
 //
 // Memory is bounded: two generations of at most max/2 entries each (about
-// 40 bytes an entry: a 16-byte id, the survey, a status byte and the map's
-// overhead). When the young generation is full it becomes the old one and
+// 20 bytes an entry: a 16-byte key, a status byte and the map's overhead;
+// each generation's table is allocated whole when it starts). When the young generation is full it becomes the old one and
 // the previous old one is dropped; a hit in the old generation moves the
 // entry to the young one. What is forgotten is only re-read (one detail
 // call), never lost.
@@ -34,9 +34,18 @@ type held struct {
 	disabled bool
 }
 
-type heldKey struct {
-	survey int64
-	id     [16]byte
+// heldKey is a response id mixed with its survey id by a pseudo-random
+// mask: 16 bytes and a status byte per slot, half the size of a struct key
+// (two ids collide only if they differ by exactly the masks' difference,
+// about 2^-122 for any pair).
+type heldKey [16]byte
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // Status codes; 0 means unknown.
@@ -86,12 +95,14 @@ func newHeld(max int) *held {
 	if max <= 0 {
 		return &held{disabled: true}
 	}
-	return &held{half: max/2 + 1, young: map[heldKey]uint8{}, old: map[heldKey]uint8{}}
+	half := max/2 + 1
+	return &held{half: half, young: make(map[heldKey]uint8, half), old: map[heldKey]uint8{}}
 }
 
 func keyOf(surveyID int64, id survey.GUID) heldKey {
-	k := heldKey{survey: surveyID}
+	var k heldKey
 	s := string(id)
+	parsed := false
 	if len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' {
 		var buf [32]byte
 		n := copy(buf[:], s[0:8])
@@ -99,13 +110,19 @@ func keyOf(surveyID int64, id survey.GUID) heldKey {
 		n += copy(buf[n:], s[14:18])
 		n += copy(buf[n:], s[19:23])
 		copy(buf[n:], s[24:36])
-		if _, err := hex.Decode(k.id[:], buf[:]); err == nil {
-			return k
-		}
+		_, err := hex.Decode(k[:], buf[:])
+		parsed = err == nil
 	}
-	h := fnv.New128a()
-	h.Write([]byte(s))
-	h.Sum(k.id[:0])
+	if !parsed {
+		h := fnv.New128a()
+		h.Write([]byte(s))
+		h.Sum(k[:0])
+	}
+	a, b := mix64(uint64(surveyID)), mix64(uint64(surveyID)^0x9e3779b97f4a7c15)
+	for i := range 8 {
+		k[i] ^= byte(a >> (8 * i))
+		k[8+i] ^= byte(b >> (8 * i))
+	}
 	return k
 }
 
@@ -144,7 +161,7 @@ func (h *held) put(surveyID int64, id survey.GUID, status string) {
 func (h *held) putLocked(k heldKey, st uint8) {
 	if _, ok := h.young[k]; !ok && len(h.young) >= h.half {
 		h.old = h.young
-		h.young = make(map[heldKey]uint8, len(h.old)/4)
+		h.young = make(map[heldKey]uint8, h.half)
 	}
 	h.young[k] = st
 }

@@ -98,7 +98,8 @@ type Options struct {
 	BudgetTick    time.Duration // 1 min
 
 	// HeldMax bounds the memory of responses known to be written (held.go):
-	// 500 000 entries, about 20 MiB; negative disables it.
+	// 450 000 entries (two tables of 2^18 slots, about 9 MiB); negative
+	// disables it.
 	HeldMax int
 	// MaxWindowPages caps the pages of one pass over a window whatever its
 	// total says (4 × MaxWindowResponses / PerPage + 10); the cap per pass
@@ -168,7 +169,7 @@ func (o *Options) defaults() {
 		o.BudgetTick = time.Minute
 	}
 	if o.HeldMax == 0 {
-		o.HeldMax = 500_000
+		o.HeldMax = 450_000
 	}
 	if o.MaxWindowPages <= 0 {
 		o.MaxWindowPages = 4*o.MaxWindowResponses/o.PerPage + 10
