@@ -17,6 +17,13 @@
 // reconcile pass every ReconcileInterval lists every id of a survey and
 // re-reads the ones the warehouse has but the lists no longer show (a
 // deletion) and the ones the lists show but the warehouse lacks.
+//
+// Every call counts against a monthly quota (docs/architecture.md,
+// "Freshness and cost"): each stream has its own schedule (poll interval
+// while the survey is active, backing off while idle, a safety net with
+// webhooks, rare once ended, stretched to fit a monthly budget), and a
+// bounded held set of responses known to be written keeps re-listed ones
+// from being fetched again.
 package poll
 
 import (
