@@ -350,3 +350,50 @@ func TestReconcileHostileLists(t *testing.T) {
 		t.Fatalf("%d calls, want 2 (the second page repeats the first)", calls2.Load())
 	}
 }
+
+// With webhooks on, a response_received of a polled survey does not wake
+// its poll (the ref went to the pipeline); without them AddSurvey wakes it.
+// EndSurvey runs a final sync and keeps the survey at the ended cadence.
+func TestWebhooksDoNotWakeAKnownSurvey(t *testing.T) {
+	for _, webhooks := range []bool{true, false} {
+		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+		api := &fakeAPI{resps: gen(3, now.Add(-time.Hour), survey.StatusCompleted)}
+		ctx, cancel := context.WithCancel(context.Background())
+		p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, Webhooks: webhooks, PollInterval: time.Hour,
+			ReconcileInterval: -1, Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		<-p.FirstPassDone()
+		calls := func() int { api.mu.Lock(); defer api.mu.Unlock(); return api.calls }
+		before := calls()
+		p.AddSurvey(1)
+		time.Sleep(200 * time.Millisecond)
+		woke := calls() > before
+		if woke == webhooks {
+			t.Errorf("webhooks %v: AddSurvey of a known survey woke it: %v", webhooks, woke)
+		}
+		before = calls()
+		p.EndSurvey(1)
+		deadline := time.Now().Add(5 * time.Second)
+		for calls() == before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if calls() == before {
+			t.Errorf("webhooks %v: EndSurvey ran no final sync", webhooks)
+		}
+		ended := false
+		for deadline := time.Now().Add(5 * time.Second); !ended && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			p.mu.Lock()
+			r := p.surveys[1]
+			ended = r != nil && r.ended
+			p.mu.Unlock()
+		}
+		if !ended {
+			t.Errorf("webhooks %v: after the final sync the survey is not at the ended cadence", webhooks)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
