@@ -397,3 +397,28 @@ func TestWebhooksDoNotWakeAKnownSurvey(t *testing.T) {
 		}
 	}
 }
+
+// Reconcile keeps its own interval while the streams are backed off (here:
+// the webhook safety net).
+func TestReconcileKeepsItsIntervalWhileStreamsBackOff(t *testing.T) {
+	api := &fakeAPI{resps: gen(3, time.Now().Add(-time.Hour), survey.StatusCompleted)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, Webhooks: true, PollInterval: time.Second,
+		ReconcileInterval: 50 * time.Millisecond}, api, &fakeSub{}, &memStates{}, inv{})
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(p.m.reconciles.WithLabelValues("ok")) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(p.m.reconciles.WithLabelValues("ok")); n < 3 {
+		t.Fatalf("%v reconcile passes in 5 s at a 50 ms interval", n)
+	}
+	if n := testutil.ToFloat64(p.m.cycles.WithLabelValues("completed", "ok")); n != 1 {
+		t.Fatalf("%v poll cycles; the safety net is 30 min away", n)
+	}
+}

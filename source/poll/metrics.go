@@ -10,6 +10,7 @@ type metrics struct {
 	reread       *prometheus.CounterVec
 	reconciled   *prometheus.CounterVec
 	watermark    *prometheus.GaugeVec
+	reconciles   *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
 	hostile      *prometheus.CounterVec
 	interval     *prometheus.GaugeVec
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 			Name: "surveysync_poll_watermark_timestamp_seconds",
 			Help: "Unix time of a stream's watermark: every response up to it is written.",
 		}, []string{"survey_id", "stream"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_reconcile_passes_total",
+			Help: "Reconcile passes of a survey, by outcome (ok, error).",
+		}, []string{"outcome"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_poll_held_skipped_total",
 			Help: "Listed responses not fetched because they are already written at the listed status, by stream.",
@@ -78,6 +83,8 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		}),
 	}
 	m.projected.Set(-1)
+	m.reconciles.WithLabelValues("ok")
+	m.reconciles.WithLabelValues("error")
 	m.stretch.Set(1)
 	for _, k := range []string{"implausible_total", "page_adds_nothing", "page_cap", "reconcile_too_big"} {
 		m.hostile.WithLabelValues(k)
@@ -95,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.cycles, m.cycleSeconds, m.pages, m.listed, m.reread, m.reconciled, m.watermark,
-			m.skipped, m.hostile, m.interval, m.projected, m.budget, m.stretch)
+			m.reconciles, m.skipped, m.hostile, m.interval, m.projected, m.budget, m.stretch)
 	}
 	return m
 }

@@ -509,8 +509,8 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 			p.held.put(id, rid, st)
 		}
 	}
-	var lastReconcile time.Time
-	lastNew := p.o.Now() // a survey starts active
+	var nextReconcile time.Time // zero: due at the first round
+	lastNew := p.o.Now()        // a survey starts active
 	scheds := make(map[string]*sched, len(p.o.Statuses))
 	for _, st := range p.o.Statuses {
 		scheds[st] = &sched{}
@@ -568,16 +568,19 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		if allOK {
 			p.markFirstPass(id)
 		}
-		reconcileEvery := p.stretched(p.o.ReconcileInterval)
-		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || p.o.Now().Sub(lastReconcile) >= reconcileEvery) {
+		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || !p.o.Now().Before(nextReconcile)) {
+			every := p.stretched(p.o.ReconcileInterval)
 			if err := p.reconcile(ctx, id); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				p.o.Logger.Warn("reconcile failed; retried next interval", "survey_id", id, "err", err)
+				p.m.reconciles.WithLabelValues("error").Inc()
+				p.o.Logger.Warn("reconcile failed; retried later", "survey_id", id, "err", err)
+				every = min(every, p.o.MaxIdleInterval)
 			} else {
-				lastReconcile = p.o.Now()
+				p.m.reconciles.WithLabelValues("ok").Inc()
 			}
+			nextReconcile = p.o.Now().Add(every)
 		}
 		if ending {
 			p.o.Logger.Info("survey ended: final sync done; polled every ended interval from now on", "survey_id", id,
@@ -596,6 +599,10 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 			if next.IsZero() || s.next.Before(next) {
 				next = s.next
 			}
+		}
+		if p.inv != nil && p.o.ReconcileInterval > 0 && nextReconcile.Before(next) {
+			// Reconcile keeps its own interval, whatever the streams' backoff.
+			next = nextReconcile
 		}
 		wait := next.Sub(p.o.Now())
 		if wait <= 0 {
