@@ -15,7 +15,7 @@
 // 60 simulated minutes), APICALLS_BUDGET (api.monthly_budget; 0).
 //
 // The same file runs against the code before issue 12 with
-// -tags apicalls_base (adapter_base.go: the old poller sleeps on the real
+// -tags apicalls_base (adapter_base_test.go: the old poller sleeps on the real
 // clock, so its poll interval is given in real time, divided by the scale).
 package apicalls
 
