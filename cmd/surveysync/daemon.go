@@ -280,6 +280,10 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	d.surveys = pollingSet(cfg, d.book)
 	d.poller = poll.New(poll.Options{
 		Surveys:               d.surveys,
+		Ended:                 d.book.ended(),
+		Webhooks:              cfg.Webhooks.Enabled,
+		MonthlyBudget:         cfg.API.MonthlyBudget,
+		CallCount:             func() int64 { return client.Stats().Total },
 		Statuses:              cfg.Sync.Statuses,
 		PollInterval:          cfg.Sync.PollInterval,
 		Overlap:               cfg.Sync.Overlap,
@@ -305,15 +309,19 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	return d, nil
 }
 
-// onResponse is the pipeline's hook for every response it wrote: the survey
-// book learns the survey, the copier the response's files.
+// onResponse is the pipeline's hook for every response it wrote: the poller
+// learns its status, the survey book the survey, the copier the files. The
+// poller is set before the pipeline runs.
 func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
+	// The poller need not fetch again what is written, whoever sent it.
 	if r == nil {
+		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
 		if d.copier != nil {
 			d.copier.MarkDeleted(surveyID, responseID)
 		}
 		return
 	}
+	d.poller.Observe(surveyID, responseID, r.ResponseStatus)
 	d.book.seen(surveyID, r.SurveyName)
 	if d.copier != nil {
 		d.copier.HandleResponse(ctx, r)
