@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/webhookrx"
@@ -25,12 +25,12 @@ type webhookProcessor struct {
 func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) error {
 	e := ev.Parsed
 	if e.SurveyID <= 0 {
-		return webhookrx.Permanent(fmt.Errorf("event %s (%s) has no survey_id", ev.ID, ev.Name))
+		return permanent.Errorf("bad_event", "event %s (%s) has no survey_id", ev.ID, ev.Name)
 	}
 	switch ev.Kind() {
 	case webhookrx.KindResponseReceived:
 		if e.ResponseID == "" {
-			return webhookrx.Permanent(fmt.Errorf("response_received event %s has no response_id", ev.ID))
+			return permanent.Errorf("bad_event", "response_received event %s has no response_id", ev.ID)
 		}
 		w.poller.AddSurvey(e.SurveyID)
 		done := make(chan error, 1)
