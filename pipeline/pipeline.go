@@ -54,11 +54,11 @@ type Options struct {
 	// fetch, flatten or write errors); their refs are acknowledged once the
 	// record is durable. Nil: such refs hear the error instead and are read
 	// again later, as transient failures are.
-	Rejects RejectStore
-	Allocator        memory.Allocator
-	Logger           *slog.Logger
-	Registerer       prometheus.Registerer
-	Now              func() time.Time
+	Rejects    RejectStore
+	Allocator  memory.Allocator
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
 	// OnResponse, when set, sees every written response after its rows are
 	// durable (the file copier uses it); r is nil when the service answered
 	// 404 (the response was removed). It must not block for long.
