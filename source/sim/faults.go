@@ -32,6 +32,11 @@ const (
 	FaultUppercaseGUID   = "uppercase_guid"
 	FaultNoTitle         = "no_title"
 	FaultShift           = "shift" // list_responses: insert a fresh response before the current page
+	// get_response: a broken detail. future_date sends date_completed (else
+	// date_created) as 2200-01-01T00:00:00Z, a valid timestamp no DateTime
+	// column holds; invalid_date sends it as "not a date".
+	FaultFutureDate  = "future_date"
+	FaultInvalidDate = "invalid_date"
 )
 
 // Fault is an injected misbehaviour of one operation (Op, or "*" for all).
@@ -118,7 +123,7 @@ func (f Fault) validate() error {
 	}
 	if f.statusCode() == 0 {
 		switch f.Kind {
-		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift:
+		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultFutureDate, FaultInvalidDate:
 		default:
 			return fmt.Errorf("sim: fault kind %q unknown", f.Kind)
 		}
@@ -194,6 +199,7 @@ type effects struct {
 	upper         bool
 	noTitle       bool
 	shift         bool
+	badDate       int // dateFuture or dateInvalid
 }
 
 func (fs *faultSet) decide(op string) effects {
@@ -216,6 +222,9 @@ func (fs *faultSet) decide(op string) effects {
 			continue
 		}
 		if f.Kind == FaultShift && op != OpListResponses {
+			continue
+		}
+		if (f.Kind == FaultFutureDate || f.Kind == FaultInvalidDate) && op != OpGetResponse {
 			continue
 		}
 		if f.Probability > 0 && fs.rng.float() >= f.Probability {
@@ -243,6 +252,10 @@ func (fs *faultSet) decide(op string) effects {
 			e.noTitle = true
 		case FaultShift:
 			e.shift = true
+		case FaultFutureDate:
+			e.badDate = dateFuture
+		case FaultInvalidDate:
+			e.badDate = dateInvalid
 		default:
 			e.status = code
 		}
