@@ -489,6 +489,11 @@ func TestFaultsLoseNothing(t *testing.T) {
 	d.wait(t, 4*time.Minute)
 	e.sim.ClearFaults()
 	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		for _, l := range strings.Split(d.output(), "\n") {
+			if strings.Contains(l, "reject") || strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") {
+				t.Log(l)
+			}
+		}
 		t.Fatal(msg)
 	}
 }
