@@ -15,9 +15,9 @@
 // a Processor (the lead's pipeline adapter in cmd), retried with backoff
 // until Process returns nil (or a permanent error, internal/permanent),
 // then written to the raw EventLog (table webhook_events) and marked done
-// in SpoolDir/done.log; a
-// spool segment is deleted once all its events are done. At start the
-// events left in the spool are queued again in spool order.
+// in SpoolDir/done.log; a spool segment is deleted once all its events are
+// done. At start the events left in the spool are queued again in spool
+// order.
 //
 // Delivery is at least once: a crash between a Process returning nil and
 // the done mark being synced processes that event again at the next start.
