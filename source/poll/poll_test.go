@@ -130,7 +130,7 @@ func TestCycleSubmitsEveryResponseAndMovesWatermark(t *testing.T) {
 	sub := &fakeSub{}
 	st := &memStates{}
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, MaxWindowResponses: 700, Now: func() time.Time { return now }}, api, sub, st, nil)
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	if len(sub.got) != 5000 {
@@ -146,7 +146,7 @@ func TestCycleSubmitsEveryResponseAndMovesWatermark(t *testing.T) {
 	// The next cycle re-reads only the overlap.
 	sub.got = nil
 	now = now.Add(time.Minute)
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	if len(sub.got) != 0 {
@@ -167,7 +167,7 @@ func TestFailedResponseHoldsWatermark(t *testing.T) {
 	}}
 	st := &memStates{}
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 50, MaxWindowResponses: 100, Now: func() time.Time { return now }}, api, sub, st, nil)
-	if err := p.cycle(context.Background(), 1, "completed"); err == nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err == nil {
 		t.Fatal("cycle with a failed response returned nil")
 	}
 	s := st.m[streamKey{1, "completed"}]
@@ -180,7 +180,7 @@ func TestFailedResponseHoldsWatermark(t *testing.T) {
 	// Fixed: the next cycle reads it again and the watermark catches up.
 	sub.fail = nil
 	sub.got = nil
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	if sub.got[bad] == 0 {
@@ -206,7 +206,7 @@ func TestWindowRepagedWhenTotalChanges(t *testing.T) {
 	}
 	sub := &fakeSub{}
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range resps[1:] {

@@ -32,6 +32,10 @@ const (
 	FaultUppercaseGUID   = "uppercase_guid"
 	FaultNoTitle         = "no_title"
 	FaultShift           = "shift" // list_responses: insert a fresh response before the current page
+	// FaultQuotaFullAsDisqualified: get_response details a quota-full
+	// response as "disqualified", as the real service does (its list
+	// filter still says quotafull).
+	FaultQuotaFullAsDisqualified = "quotafull_as_disqualified"
 	// get_response: a broken detail. future_date sends date_completed (else
 	// date_created) as 2200-01-01T00:00:00Z, a valid timestamp no DateTime
 	// column holds; invalid_date sends it as "not a date".
@@ -123,7 +127,8 @@ func (f Fault) validate() error {
 	}
 	if f.statusCode() == 0 {
 		switch f.Kind {
-		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultFutureDate, FaultInvalidDate:
+		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultQuotaFullAsDisqualified,
+			FaultFutureDate, FaultInvalidDate:
 		default:
 			return fmt.Errorf("sim: fault kind %q unknown", f.Kind)
 		}
@@ -199,6 +204,7 @@ type effects struct {
 	upper         bool
 	noTitle       bool
 	shift         bool
+	qfAsDisq      bool
 	badDate       int // dateFuture or dateInvalid
 }
 
@@ -252,6 +258,8 @@ func (fs *faultSet) decide(op string) effects {
 			e.noTitle = true
 		case FaultShift:
 			e.shift = true
+		case FaultQuotaFullAsDisqualified:
+			e.qfAsDisq = true
 		case FaultFutureDate:
 			e.badDate = dateFuture
 		case FaultInvalidDate:

@@ -25,11 +25,16 @@
 // ErrUncertain and nothing is retried. Context cancellation ends every wait
 // at once.
 //
-// Bodies are read into pooled buffers and decoded in one pass into the
-// survey package's types; every envelope spelling the service uses is
-// accepted (meta.requestId/request_id, http_status/status_code, result
-// missing where nothing is returned). Unusable bodies match ErrMalformed and
-// name the operation and request id.
+// Requests go through net/http (keep-alive, gzip, TLS, proxies from the
+// environment). JSON bodies are read under a byte budget shared by every
+// request in flight (Options.BodyBudget; one body at most Options.MaxBody,
+// 64 MiB) and decoded with encoding/json in one pass into the survey
+// package's types; every envelope spelling the service uses is accepted
+// (meta.requestId/request_id, http_status/status_code, result missing where
+// nothing is returned). Unusable bodies match ErrMalformed, are marked
+// permanent (internal/permanent, reasons "decode", "bad_date", "bad_guid",
+// "too_large") and name the operation, the survey and response asked for,
+// and the request id.
 //
 // The API token is sent as X-API-TOKEN and nowhere else: it never appears
 // in errors, logs or metrics (text from the service is scrubbed of it, and

@@ -25,14 +25,15 @@ func (c *Client) ListResponses(ctx context.Context, surveyID int64, q survey.Lis
 		u += "?" + qs
 	}
 	var out *survey.ResponseList
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, ownBody: true},
-		func(status int, reqID string, body []byte, ct string) (string, error) {
-			l, id, err := decodeFast(op, status, reqID, body, ct, fastListOwned)
+	subject := "survey " + strconv.FormatInt(surveyID, 10) + " page " + strconv.Itoa(max(q.Page, 1))
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, subject: subject},
+		func(_ int, reqID string, body []byte, ct string) (string, error) {
+			l, id, err := decodeResult[survey.ResponseList](reqID, body, ct, false)
 			if err != nil {
 				return id, err
 			}
 			if err := checkList(l); err != nil {
-				return id, malformed(op, status, id, "%v", err)
+				return id, err
 			}
 			out = l
 			return id, nil
@@ -92,14 +93,15 @@ func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID sur
 	}
 	u := c.base + "/surveys/" + strconv.FormatInt(surveyID, 10) + "/responses/" + string(rid)
 	var out *survey.Response
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
-		func(status int, reqID string, body []byte, ct string) (string, error) {
-			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponseDetached)
+	subject := "survey " + strconv.FormatInt(surveyID, 10) + " response " + string(rid)
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, subject: subject},
+		func(_ int, reqID string, body []byte, ct string) (string, error) {
+			r, id, err := decodeResult[survey.Response](reqID, body, ct, false)
 			if err != nil {
 				return id, err
 			}
 			if err := checkResponse(r, rid); err != nil {
-				return id, malformed(op, status, id, "%v", err)
+				return id, err
 			}
 			out = r
 			return id, nil
