@@ -728,6 +728,44 @@ func TestBrokenDetailIsRejectedAndSyncMovesOn(t *testing.T) {
 	}
 }
 
+// A detail the client cannot decode (a date that is not a date) is
+// rejected at the fetch stage, and the sync completes without it.
+func TestUndecodableDetailIsRejectedAtFetch(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 300, 47)})
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpGetResponse, Kind: sim.FaultInvalidDate, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	rejected := readRejects(t, w)
+	if len(rejected) != 2 {
+		t.Fatalf("rejects holds %v, want 2 responses", rejected)
+	}
+	for id, reason := range rejected {
+		if reason != "fetch/bad_date" {
+			t.Errorf("response %s rejected for %s, want fetch/bad_date", id, reason)
+		}
+	}
+	truth := truthFingerprints(e)
+	got := warehouseFingerprints(t, w)
+	for id := range rejected {
+		delete(truth, id)
+		delete(got, id)
+	}
+	if msg := diff(truth, got); msg != "" {
+		t.Fatal(msg)
+	}
+	if strings.Contains(d.output(), tokenOf(e)) {
+		t.Fatal("the API token appears in the daemon's output")
+	}
+	var leaks uint64
+	if err := w.conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count() FROM %s.rejects WHERE position(error, '%s') > 0", w.db, tokenOf(e))).Scan(&leaks); err != nil || leaks != 0 {
+		t.Fatalf("rejects rows quoting the API token: %d (%v)", leaks, err)
+	}
+}
+
 // readRejects returns the rejected responses as id → "stage/reason".
 func readRejects(t *testing.T, w *warehouse) map[string]string {
 	t.Helper()
