@@ -274,6 +274,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		MaxRows:          cfg.Sync.Batch.MaxRows,
 		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
 		MaxDelay:         cfg.Sync.Batch.MaxDelay,
+		Rejects:          wh,
 		Logger:           log.With("component", "pipeline"),
 		Registerer:       reg,
 	}, client, wh)

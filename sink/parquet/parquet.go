@@ -10,6 +10,7 @@
 //	<dir>/responses/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
+//	<dir>/rejects/rejects-<time>-<hash>.jsonl (responses given up on, see WriteRejects)
 //	<dir>/uploaded_files.jsonl, <dir>/_feeds/<feed>.{contacts,sends}.jsonl
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
@@ -119,7 +120,8 @@ type Options struct {
 }
 
 // Sink writes batches as Parquet files and keeps state in JSON files. It
-// implements pipeline.Sink, pipeline.StateStore and pipeline.SurveyStore.
+// implements pipeline.Sink, pipeline.StateStore, pipeline.SurveyStore and
+// pipeline.RejectStore.
 // Its methods are safe for concurrent use.
 type Sink struct {
 	dir   string
@@ -163,7 +165,7 @@ func Open(o Options) (*Sink, error) {
 	if s.mem == nil {
 		s.mem = memory.DefaultAllocator
 	}
-	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName} {
+	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
 		if err := atomicfile.MkdirAll(filepath.Join(o.Dir, d)); err != nil {
 			return nil, fmt.Errorf("parquet sink: %w", err)
 		}
@@ -171,7 +173,7 @@ func Open(o Options) (*Sink, error) {
 	// Only the sink's own folders: others (the default files store) may
 	// live under Dir too.
 	removed := 0
-	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName} {
+	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
 		n, err := removeTempFiles(filepath.Join(o.Dir, d))
 		if err != nil {
 			return nil, fmt.Errorf("parquet sink: clean up temporary files in %s: %w", filepath.Join(o.Dir, d), err)

@@ -196,16 +196,21 @@ func (s *Sink) readJSON(name string, v any) error {
 // writeJSON replaces <dir>/_state/name with v durably.
 func (s *Sink) writeJSON(name string, v any) error {
 	dir := filepath.Join(s.dir, stateDirName)
-	path := filepath.Join(dir, name)
 	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("parquet sink: encode %s: %w", path, err)
+		return fmt.Errorf("parquet sink: encode %s: %w", filepath.Join(dir, name), err)
 	}
+	return s.writeAtomic(dir, name, append(raw, '\n'))
+}
+
+// writeAtomic replaces dir/name with raw durably (internal/atomicfile).
+func (s *Sink) writeAtomic(dir, name string, raw []byte) error {
+	path := filepath.Join(dir, name)
 	if err := atomicfile.MkdirAll(dir); err != nil {
 		return fmt.Errorf("parquet sink: %w", err)
 	}
-	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
-		if _, err := f.Write(append(raw, '\n')); err != nil {
+	err := atomicfile.Write(path, 0o600, func(f *os.File) error {
+		if _, err := f.Write(raw); err != nil {
 			return err
 		}
 		return s.beforeRename(f.Name())

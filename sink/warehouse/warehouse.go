@@ -17,13 +17,15 @@ import (
 )
 
 // Warehouse is everything one backend stores: the response tables (Sink),
-// stream checkpoints, surveys, the uploaded-files index, the feed ledger,
-// and, where the backend has them, an inventory of current responses, the
-// webhook log and a query connection. Close closes every part it opened.
+// stream checkpoints, surveys, rejects, the uploaded-files index, the feed
+// ledger, and, where the backend has them, an inventory of current
+// responses, the webhook log and a query connection. Close closes every
+// part it opened.
 type Warehouse interface {
 	pipeline.Sink
 	pipeline.StateStore
 	pipeline.SurveyStore
+	pipeline.RejectStore
 
 	// FileIndex is the index of uploaded files, opened on first use.
 	FileIndex() (files.Index, error)
