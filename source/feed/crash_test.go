@@ -71,7 +71,7 @@ func TestCrashMidFileClickHouse(t *testing.T) { crashTest(t, openCH(t)) }
 func crashTest(t *testing.T, ch *chsink.Sink) {
 	svc := feedtest.Start()
 	defer svc.Close()
-	svc.Delay = 2 * time.Millisecond
+	svc.SetDelay(2 * time.Millisecond)
 	dir, ledgerDir := t.TempDir(), t.TempDir()
 	good, _ := genCSV(t, filepath.Join(dir, "big.csv"), 3000, true)
 
@@ -102,7 +102,7 @@ func crashTest(t *testing.T, ch *chsink.Sink) {
 	t.Logf("killed after %d contacts", before)
 
 	// Restart on the same folder and ledger.
-	svc.Delay = 0
+	svc.SetDelay(0)
 	e := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, csvFeed(dir))
 	var ledger feed.Ledger = e.ledger
 	if ch != nil {

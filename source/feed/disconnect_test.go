@@ -47,7 +47,7 @@ func (l slowLedger) RecordContacts(ctx context.Context, entries []feed.ContactEn
 func TestHTTPClientDisconnectRecordsKnownOutcomes(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
-	svc.Delay = 20 * time.Millisecond
+	svc.SetDelay(20 * time.Millisecond)
 	ledgerDir := t.TempDir()
 	fl, err := parquet.NewFileLedger(ledgerDir)
 	if err != nil {

@@ -591,7 +591,7 @@ func TestRunPollsAndStops(t *testing.T) {
 func TestGracefulStopLeavesNothingUncertain(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
-	svc.Delay = 2 * time.Millisecond
+	svc.SetDelay(2 * time.Millisecond)
 	dir, ledgerDir := t.TempDir(), t.TempDir()
 	o := csvFeed(dir)
 	o.ChunkRows = 50
@@ -614,7 +614,7 @@ func TestGracefulStopLeavesNothingUncertain(t *testing.T) {
 	if n, _ := filepath.Glob(filepath.Join(dir, "processing", "*big.csv")); len(n) != 1 {
 		t.Fatalf("the file should stay in processing/: %v", n)
 	}
-	svc.Delay = 0
+	svc.SetDelay(0)
 	e2 := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
 	if unc, err := e2.runner.Uncertain(context.Background(), "crm"); err != nil || len(unc) != 0 {
 		t.Fatalf("uncertain after a graceful stop: %d %v", len(unc), err)

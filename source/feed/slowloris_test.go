@@ -208,7 +208,7 @@ func TestSlowlorisOnFeedPort(t *testing.T) {
 func TestFeedListenerBounds(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
-	svc.Delay = 100 * time.Millisecond
+	svc.SetDelay(100 * time.Millisecond)
 	ledger, err := parquet.NewFileLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

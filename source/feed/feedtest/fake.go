@@ -37,6 +37,10 @@ type Send struct {
 	ScheduledDate  *time.Time
 }
 
+// SetDelay adds d to every accepted call from now on; safe while calls are
+// in flight.
+func (s *Service) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
+
 // Service is the fake. Use Start, then URL()+"/v1" as the client's base URL.
 type Service struct {
 	srv   *httptest.Server
@@ -50,8 +54,7 @@ type Service struct {
 	// FaultForContact, when set, decides a fault from a create-contact
 	// body (checked after FaultFor); only TooMany and Unavailable apply.
 	FaultForContact func(c survey.Contact) Fault
-	// Delay is added to every accepted call.
-	Delay time.Duration
+	delay           atomic.Int64 // nanoseconds added to every accepted call; SetDelay
 
 	mu       sync.Mutex
 	contacts map[int64][]survey.Contact
@@ -130,8 +133,8 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 503, errBody(503, "Service unavailable"))
 		return
 	}
-	if s.Delay > 0 {
-		time.Sleep(s.Delay)
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		time.Sleep(d)
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	// v1 distributions {id} contacts | v1 distributions {id} messages {mid} send
