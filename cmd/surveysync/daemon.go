@@ -415,7 +415,9 @@ func printWhereToLook(w io.Writer, cfg *config.Config) {
 	if cfg.Files.Enabled {
 		fmt.Fprintf(w, "  uploaded files: %s (index: %s)\n", cfg.Files.URL, filepath.Join(dir, "uploaded_files.jsonl"))
 	}
-	fmt.Fprintf(w, "  e.g. duckdb -c \"SELECT response_status, count(*) FROM '%s/responses/**/*.parquet' GROUP BY 1\"\n", dir)
+	fmt.Fprintf(w, "  look at it: surveysync query --parquet-dir %s\n", dir)
+	fmt.Fprintf(w, "  or DuckDB (current rows: latest version per response, deleted excluded; docs/parquet.md):\n")
+	fmt.Fprintf(w, "    duckdb -c \"SELECT response_status, count(*) FROM (SELECT * FROM read_parquet('%s/responses/**/*.parquet', hive_partitioning = false) QUALIFY row_number() OVER (PARTITION BY response_id ORDER BY _version DESC) = 1) WHERE is_deleted = 0 GROUP BY 1\"\n", dir)
 }
 
 // health answers /healthz and /readyz.
