@@ -70,8 +70,16 @@ type Options struct {
 	BackfillFrom          time.Time     // 2000-01-01
 	PerPage               int           // 1000
 	MaxWindowResponses    int           // 20 000
-	Now                   func() time.Time
-	Logger                *slog.Logger
+	// ProgressInterval is how often a long cycle (a backfill) saves its
+	// progress in the stream's state and the poller logs the overall
+	// progress. 10 s.
+	ProgressInterval time.Duration
+	// Unreadable reports whether a list error means the survey cannot be
+	// read at all (404, 403): such a survey fails its first pass (see
+	// FirstPassErrors) instead of holding it open. nil: none is.
+	Unreadable func(error) bool
+	Now        func() time.Time
+	Logger     *slog.Logger
 	Registerer            prometheus.Registerer
 }
 
@@ -106,6 +114,9 @@ func (o *Options) defaults() {
 	if o.MaxWindowResponses <= 0 {
 		o.MaxWindowResponses = 20_000
 	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = 10 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -131,8 +142,18 @@ type Poller struct {
 	wakeAll chan struct{}
 
 	firstMu      sync.Mutex
-	firstPending map[int64]bool // configured surveys whose first cycle is not done
+	firstPending map[int64]bool  // configured surveys whose first cycle is not done
+	firstFailed  map[int64]error // configured surveys that cannot be read
 	firstDone    chan struct{}
+
+	progMu   sync.Mutex
+	inflight map[streamKey]*progress // cycles running now
+}
+
+// progress counts one cycle's responses: announced by its lists, written.
+type progress struct {
+	start        time.Time
+	listed, done atomic.Int64
 }
 
 type streamKey struct {
@@ -159,19 +180,39 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		wakeAll: make(chan struct{}, 1),
 
 		firstPending: map[int64]bool{},
+		firstFailed:  map[int64]error{},
 		firstDone:    make(chan struct{}),
+		inflight:     map[streamKey]*progress{},
 	}
 }
 
 // FirstPassDone is closed once every configured survey has finished one
-// cycle of every stream without error: the backfill is caught up.
+// cycle of every stream without error, or was found unreadable (see
+// FirstPassErrors): the backfill is caught up.
 func (p *Poller) FirstPassDone() <-chan struct{} { return p.firstDone }
 
-func (p *Poller) markFirstPass(id int64) {
+// FirstPassErrors returns, by survey id, the configured surveys that
+// cannot be read (Options.Unreadable), with the error.
+func (p *Poller) FirstPassErrors() map[int64]error {
+	p.firstMu.Lock()
+	defer p.firstMu.Unlock()
+	out := make(map[int64]error, len(p.firstFailed))
+	for id, err := range p.firstFailed {
+		out[id] = err
+	}
+	return out
+}
+
+// markFirstPass records the end of a configured survey's first pass: done,
+// or failed with err.
+func (p *Poller) markFirstPass(id int64, err error) {
 	p.firstMu.Lock()
 	defer p.firstMu.Unlock()
 	if !p.firstPending[id] {
 		return
+	}
+	if err != nil {
+		p.firstFailed[id] = err
 	}
 	delete(p.firstPending, id)
 	if len(p.firstPending) == 0 {
@@ -266,6 +307,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	for _, id := range p.o.Surveys {
 		start(id)
 	}
+	g.Go(func() error { p.logProgress(gctx); return nil })
 	g.Go(func() error {
 		for {
 			select {
@@ -298,11 +340,16 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		ending := func() bool { p.mu.Lock(); defer p.mu.Unlock(); return r.ending }()
 		g, gctx := errgroup.WithContext(ctx)
 		var failed atomic.Bool
+		var unreadable atomic.Pointer[error]
 		for _, stream := range p.o.Statuses {
 			g.Go(func() error {
 				err := p.cycle(gctx, id, stream)
 				if err != nil && gctx.Err() == nil {
 					failed.Store(true)
+					if p.o.Unreadable != nil && p.o.Unreadable(err) {
+						unreadable.CompareAndSwap(nil, &err)
+						return nil
+					}
 					p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
 						"survey_id", id, "stream", stream, "err", err)
 				}
@@ -313,8 +360,12 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !failed.Load() {
-			p.markFirstPass(id)
+		if e := unreadable.Load(); e != nil {
+			p.o.Logger.Error("survey cannot be read: check its id in surveys and the token's rights; retried every poll interval",
+				"survey_id", id, "err", *e)
+			p.markFirstPass(id, *e)
+		} else if !failed.Load() {
+			p.markFirstPass(id, nil)
 		}
 		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || p.o.Now().Sub(lastReconcile) >= p.o.ReconcileInterval) {
 			if err := p.reconcile(ctx, id); err != nil {
@@ -461,15 +512,62 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 	// After the backfill, most of what a cycle lists was written before:
 	// let the pipeline skip unchanged details.
 	tr := &tracker{mark: st.Watermark, done: make(chan struct{}, 1), skipUnchanged: !st.Watermark.IsZero()}
+	prog := &progress{start: start}
+	p.progMu.Lock()
+	p.inflight[key] = prog
+	p.progMu.Unlock()
+	defer func() {
+		p.progMu.Lock()
+		delete(p.inflight, key)
+		p.progMu.Unlock()
+	}()
+	// st is saved by this goroutine and, during a long cycle, by the
+	// progress saver below; stMu orders the two.
+	var stMu sync.Mutex
+	st.CycleStartedAt = start
+	saveLocked := func() {
+		st.CycleListed, st.CycleDone = prog.listed.Load(), prog.done.Load()
+		p.save(ctx, key, st)
+	}
+	progCtx, stopProgress := context.WithCancel(ctx)
+	progStopped := make(chan struct{})
+	go func() {
+		defer close(progStopped)
+		t := time.NewTicker(p.o.ProgressInterval)
+		defer t.Stop()
+		var lastL, lastD int64 = -1, -1
+		for {
+			select {
+			case <-t.C:
+				l, d := prog.listed.Load(), prog.done.Load()
+				if l != lastL || d != lastD {
+					lastL, lastD = l, d
+					stMu.Lock()
+					saveLocked()
+					stMu.Unlock()
+				}
+			case <-progCtx.Done():
+				return
+			}
+		}
+	}()
+	defer func() { stopProgress(); <-progStopped }()
 	var synced int64
 	var syncedMu sync.Mutex
-	err := p.split(ctx, surveyID, stream, from, to, tr, func() { syncedMu.Lock(); synced++; syncedMu.Unlock() })
+	err := p.split(ctx, surveyID, stream, from, to, tr, func() {
+		syncedMu.Lock()
+		synced++
+		syncedMu.Unlock()
+		prog.done.Add(1)
+	}, func(total int) { prog.listed.Add(int64(total)) })
 	// Wait for every submitted response to be acknowledged, saving progress.
 	for {
 		mark, inflight, werr := tr.snapshot()
 		if mark.After(st.Watermark) {
+			stMu.Lock()
 			st.Watermark = mark
-			p.save(ctx, key, st)
+			saveLocked()
+			stMu.Unlock()
 		}
 		if inflight == 0 || ctx.Err() != nil {
 			if err == nil {
@@ -485,6 +583,9 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	stopProgress()
+	<-progStopped
+	st.CycleStartedAt, st.CycleListed, st.CycleDone = time.Time{}, 0, 0
 	st.LastRunAt = start
 	st.Synced += synced
 	st.LastError = ""
@@ -527,17 +628,22 @@ func (p *Poller) query(stream string, from, to time.Time, page int) survey.ListQ
 
 // split pages [from, to) as one window, or as two halves when it holds more
 // than MaxWindowResponses.
-func (p *Poller) split(ctx context.Context, surveyID int64, stream string, from, to time.Time, tr *tracker, count func()) error {
+// announce, when not nil, is told the window's total (the progress of the
+// cycle); halves are not announced again.
+func (p *Poller) split(ctx context.Context, surveyID int64, stream string, from, to time.Time, tr *tracker, count func(), announce func(total int)) error {
 	first, err := p.lister.ListResponses(ctx, surveyID, p.query(stream, from, to, 1))
 	if err != nil {
 		return fmt.Errorf("list %s responses of survey %d from %s to %s: %w", stream, surveyID, survey.FormatTime(from), survey.FormatTime(to), err)
 	}
+	if announce != nil {
+		announce(first.Total)
+	}
 	if first.Total > p.o.MaxWindowResponses && to.Sub(from) > 2*time.Second {
 		mid := from.Add(to.Sub(from) / 2).Truncate(time.Second)
-		if err := p.split(ctx, surveyID, stream, from, mid, tr, count); err != nil {
+		if err := p.split(ctx, surveyID, stream, from, mid, tr, count, nil); err != nil {
 			return err
 		}
-		return p.split(ctx, surveyID, stream, mid, to, tr, count)
+		return p.split(ctx, surveyID, stream, mid, to, tr, count, nil)
 	}
 	return p.page(ctx, surveyID, stream, from, to, first, tr, count)
 }
@@ -695,4 +801,60 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 			"vanished", len(vanished), "missing", len(missing), "status_changed", len(changed))
 	}
 	return nil
+}
+
+// logProgress logs, every ProgressInterval while cycles have been running
+// longer than that (a backfill), how far they are: responses written of
+// those listed, the rate, and an estimate of the time left.
+func (p *Poller) logProgress(ctx context.Context) {
+	t := time.NewTicker(p.o.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		now := p.o.Now()
+		var listed, done int64
+		var oldest time.Time
+		streams := 0
+		p.progMu.Lock()
+		for _, pr := range p.inflight {
+			if now.Sub(pr.start) < p.o.ProgressInterval {
+				continue
+			}
+			streams++
+			listed += pr.listed.Load()
+			done += pr.done.Load()
+			if oldest.IsZero() || pr.start.Before(oldest) {
+				oldest = pr.start
+			}
+		}
+		p.progMu.Unlock()
+		if streams == 0 || listed == 0 {
+			continue
+		}
+		rate, eta := Rate(done, listed, now.Sub(oldest))
+		attrs := []any{"done", done, "listed", listed, "percent", done * 100 / listed,
+			"per_second", fmt.Sprintf("%.1f", rate), "streams", streams}
+		if eta > 0 {
+			attrs = append(attrs, "eta", eta.String())
+		}
+		p.o.Logger.Info("sync progress", attrs...)
+	}
+}
+
+// Rate is the pace of a cycle that wrote done of listed responses in
+// elapsed, per second, and the time left at that pace (0 when unknown).
+func Rate(done, listed int64, elapsed time.Duration) (float64, time.Duration) {
+	if elapsed <= 0 || done <= 0 {
+		return 0, 0
+	}
+	rate := float64(done) / elapsed.Seconds()
+	left := listed - done
+	if left <= 0 {
+		return rate, 0
+	}
+	return rate, (time.Duration(float64(left)/rate) * time.Second).Truncate(time.Second)
 }
