@@ -80,7 +80,7 @@ type Options struct {
 	Unreadable func(error) bool
 	Now        func() time.Time
 	Logger     *slog.Logger
-	Registerer            prometheus.Registerer
+	Registerer prometheus.Registerer
 }
 
 func (o *Options) defaults() {
