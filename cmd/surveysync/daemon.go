@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,6 +166,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, std
 	log := newLogger(cfg, stderr)
 	if err := daemon(ctx, cfg, fl, log, stdout); err != nil {
 		log.Error("surveysync stopped with an error", "err", err)
+		fmt.Fprintln(stderr, "surveysync run:", err)
 		return exitFail
 	}
 	return exitOK
@@ -260,6 +263,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		PartialRescanInterval: cfg.Sync.PartialRescan,
 		ReconcileInterval:     cfg.Sync.ReconcileInterval,
 		BackfillFrom:          cfg.Sync.BackfillFrom,
+		Unreadable:            surveyUnreadable,
 		Logger:                log.With("component", "poll"),
 		Registerer:            reg,
 	}, client, pipe, st, inv)
@@ -304,6 +308,13 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 
 	var feeds *feed.Runner
 	if len(cfg.Feeds) > 0 {
+		for i, f := range cfg.Feeds {
+			if f.Type == config.FeedCSVDir {
+				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
+					return fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
+				}
+			}
+		}
 		var closeLedger func() error
 		feeds, closeLedger, err = newFeedRunner(cfg, client, st, log, reg)
 		if err != nil {
@@ -346,6 +357,10 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		intake.Go(func() error {
 			select {
 			case <-poller.FirstPassDone():
+				if failed := poller.FirstPassErrors(); len(failed) > 0 {
+					cancelIntake()
+					return errUnreadableSurveys(failed)
+				}
 				for copier != nil && !copier.Drained() {
 					select {
 					case <-time.After(200 * time.Millisecond):
@@ -482,4 +497,50 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, reg *prom
 	})
 	log.Info("metrics at /metrics, health at /healthz and /readyz", "listen", ln.Addr().String())
 	return nil
+}
+
+// surveyUnreadable reports whether a list error means the survey cannot be
+// read with this token at all: not found (404) or forbidden (403).
+func surveyUnreadable(err error) bool {
+	return errors.Is(err, survey.ErrNotFound) || errors.Is(err, surveyapi.ErrForbidden)
+}
+
+// describeUnreadable is the short reason a survey cannot be read:
+// "not found (HTTP 404)".
+func describeUnreadable(err error) string {
+	var ae *surveyapi.APIError
+	status := 0
+	if errors.As(err, &ae) {
+		status = ae.Status
+	}
+	what := "cannot be read"
+	switch {
+	case errors.Is(err, survey.ErrNotFound):
+		what = "not found"
+	case errors.Is(err, surveyapi.ErrForbidden):
+		what = "forbidden (the token's account may not read it)"
+	}
+	if status != 0 {
+		return fmt.Sprintf("%s (HTTP %d)", what, status)
+	}
+	return what
+}
+
+// errUnreadableSurveys is the error of --exit-when-synced when configured
+// surveys cannot be read: one line per survey.
+func errUnreadableSurveys(failed map[int64]error) error {
+	ids := make([]int64, 0, len(failed))
+	for id := range failed {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "survey %d: %s", id, describeUnreadable(failed[id]))
+	}
+	b.WriteString(": check the ids in surveys and the token's account")
+	return errors.New(b.String())
 }
