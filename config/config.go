@@ -373,7 +373,7 @@ func (c *Config) resolve() {
 const (
 	DefaultCSVDirInterval  = 5 * time.Second
 	DefaultQueryInterval   = time.Hour
-	DefaultFeedListen      = "127.0.0.1:8089"
+	DefaultFeedListen      = "127.0.0.1:8090"
 	DefaultFeedBodyBytes   = 16 << 20
 	DefaultFeedConcurrency = 8
 )
