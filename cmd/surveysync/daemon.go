@@ -372,7 +372,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 				for _, st := range poller.States() {
 					n += st.Synced
 				}
-				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses written this run); the data is in %s\n", n, where)
+				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, where)
 				printWhereToLook(stdout, cfg)
 				cancelIntake()
 			case <-intakeGCtx.Done():
