@@ -27,7 +27,7 @@ type Sink interface {
 	Write(ctx context.Context, b *flatten.Batch) error
 }
 
-// Stream names: one per list status filter (spec §4.3).
+// Stream names: one per list status filter (docs/api.md §4.3).
 const (
 	StreamCompleted    = survey.StatusCompleted
 	StreamDisqualified = survey.StatusDisqualified
