@@ -143,6 +143,7 @@ type AzureKey struct {
 // Metrics is the Prometheus endpoint (/metrics).
 type Metrics struct {
 	Listen string `koanf:"listen"` // host:port; empty disables it
+	Pprof  bool   `koanf:"pprof"`  // serve /debug/pprof on the same listener (off by default)
 }
 
 // Shutdown is the two-phase stop: drain for DrainTimeout, then abandon.

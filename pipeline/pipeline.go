@@ -34,6 +34,12 @@ type Ref struct {
 	// Urgent asks for the batch holding this ref to be flushed within
 	// UrgentDelay rather than MaxDelay (webhooks: someone waits for the row).
 	Urgent bool
+	// OnNotFound, when set, decides what a 404 on the detail means: true
+	// writes the deletion (what a ref without it gets), false acknowledges
+	// the ref with ErrNotWritten and writes nothing. The webhook path sets
+	// it: a 404 for a response never synced is no deletion to record (the
+	// poller's reconcile finds real deletions).
+	OnNotFound func(ctx context.Context) (deleteIt bool, err error)
 
 	hash uint64 // content hash of the fetched detail, 0 when not computed
 }
@@ -172,7 +178,13 @@ type fetched struct {
 	ref       Ref
 	resp      *survey.Response
 	unchanged bool // identical to what was last written: acknowledged without a write
+	notFound  bool // 404 and OnNotFound said not to write a deletion
 }
+
+// ErrNotWritten is given to a ref's Done when its detail answered 404 and
+// its OnNotFound said not to write a deletion: nothing was written, and
+// nothing is to retry.
+var ErrNotWritten = errors.New("response not found (404) and not written as a deletion")
 
 type batch struct {
 	b    *flatten.Batch
@@ -242,6 +254,10 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 			r.Done(nil)
 			continue
 		}
+		if err == nil && f.notFound {
+			r.Done(ErrNotWritten)
+			continue
+		}
 		if err != nil {
 			p.m.fetchErrors.WithLabelValues(r.Source).Inc()
 			p.o.Logger.Warn("fetch response failed; it will be read again",
@@ -271,6 +287,15 @@ func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 	}
 	switch {
 	case errors.Is(err, survey.ErrNotFound):
+		if r.OnNotFound != nil {
+			del, err := r.OnNotFound(ctx)
+			if err != nil {
+				return fetched{}, err
+			}
+			if !del {
+				return fetched{ref: r, notFound: true}, nil
+			}
+		}
 		it.Deleted = true
 		return fetched{item: it, ref: r}, nil
 	case err != nil:

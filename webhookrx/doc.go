@@ -12,11 +12,16 @@
 //	write + fdatasync (group commit) → 200
 //
 // Spooled events are processed by Options.ProcessConcurrency workers through
-// a Processor (the lead's pipeline adapter in cmd), retried with backoff
-// until Process returns nil (or a Permanent error), then written to the raw
-// EventLog (table webhook_events) and marked done in SpoolDir/done.log; a
-// spool segment is deleted once all its events are done. At start the
-// events left in the spool are queued again in spool order.
+// a Processor (the lead's pipeline adapter in cmd), one attempt per turn:
+// an event whose Process fails transiently goes back to the spool loop and
+// does not hold its worker; its survey is gated and probed with one event
+// per backoff while other surveys' events flow (feeder.go). A Permanent (or
+// permanent.New) error ends the event as rejected. Done events are written
+// to the raw EventLog (table webhook_events) and marked done in
+// SpoolDir/done.log; a spool segment is deleted once all its events are
+// done. At start the events left in the spool are queued again in spool
+// order. Only the events handed to the workers keep their bodies in memory
+// (Options.SpoolMemoryBytes); the others are read back from the segments.
 //
 // Delivery is at least once: a crash between a Process returning nil and
 // the done mark being synced processes that event again at the next start.

@@ -35,6 +35,13 @@ type Event struct {
 	Name string
 }
 
+// work is an event handed to the workers.
+type work struct {
+	ev       Event
+	size     int64 // of its spool record: what it costs in memory while handed out
+	attempts int   // Process calls that failed before this one
+}
+
 // Event kinds, as returned by Kind and used in metric labels.
 const (
 	KindSurveyLaunched   = survey.EventSurveyLaunched
@@ -63,10 +70,11 @@ func kindOf(name string) string {
 // Processor does the work for one event. It returns nil only when the
 // event's effects are durable (response_received: the response fetched and
 // written through the pipeline; survey events: the surveys table updated and
-// the polling set changed). Any other error is retried with backoff and the
-// event stays in the spool; wrap an error with Permanent to give up on an
-// event that can never succeed (it is logged with outcome "rejected" and
-// removed). Process is never called for unknown event names. It must not
+// the polling set changed). Any other error is retried with backoff (behind
+// a gate of the event's survey, without holding a worker) and the event
+// stays in the spool; wrap an error with Permanent (or permanent.New) to
+// give up on an event that can never succeed (it is logged with outcome
+// "rejected" and removed). Process is never called for unknown event names. It must not
 // modify ev.Body (the spool shares it) and may be called concurrently
 // (Options.ProcessConcurrency); an event may be processed more than once
 // (after a crash), so Process must be idempotent.

@@ -42,11 +42,14 @@ type metrics struct {
 	commitEvents prometheus.Histogram
 	logFailures  prometheus.Counter
 
-	oldestNanos atomic.Int64 // receive time of the oldest spooled event, 0 if none
+	oldestNanos atomic.Int64   // receive time of the oldest spooled event, 0 if none
+	memory      func() float64 // bytes of spooled events held in memory
+	spoolMemory prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
+func newMetrics(reg prometheus.Registerer, now func() time.Time, memory func() float64) *metrics {
 	m := &metrics{
+		memory: memory,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_webhook_requests_total",
 			Help: "Webhook HTTP requests by outcome (accepted, duplicate, bad_path, method, unauthorized, forbidden, too_large, bad_json, spool_full, unavailable).",
@@ -101,6 +104,10 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 		}
 		return max(0, now().Sub(time.Unix(0, n)).Seconds())
 	})
+	m.spoolMemory = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "surveysync_webhook_spool_memory_bytes",
+		Help: "Bytes of spooled webhook events held in memory (handed to the workers); the rest wait on disk. Bounded by the spool's memory window.",
+	}, func() float64 { return m.memory() })
 	for _, o := range []string{reqAccepted, reqDuplicate, reqBadPath, reqMethod, reqUnauthorized, reqForbidden, reqTooLarge, reqBadJSON, reqSpoolFull, reqUnavailable} {
 		m.requests.WithLabelValues(o)
 	}
@@ -111,7 +118,7 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.events, m.spoolEvents, m.spoolBytes, m.spoolOldest,
-			m.spoolMaxEvts, m.spoolMaxByts, m.processDur, m.commitDur, m.commitEvents, m.logFailures)
+			m.spoolMaxEvts, m.spoolMaxByts, m.processDur, m.commitDur, m.commitEvents, m.logFailures, m.spoolMemory)
 	}
 	return m
 }

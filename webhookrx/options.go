@@ -43,6 +43,12 @@ type Options struct {
 	SignatureTolerance time.Duration
 	// MaxBodyBytes bounds a request body (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxConns caps the open connections of the Listen server; past it new
+	// connections wait in the kernel's backlog, so slow or idle clients
+	// cannot exhaust the process's file descriptors. Default 1 024. The
+	// server also bounds reading headers (10 s), a whole request (30 s),
+	// writing the answer (30 s) and idle keep-alive connections (2 min).
+	MaxConns int
 
 	// SpoolDir holds the durable spool. Required. One process at a time:
 	// Run takes an exclusive lock on SpoolDir/lock.
@@ -52,6 +58,12 @@ type Options struct {
 	// 100 000 events and 256 MiB.
 	SpoolMaxEvents int
 	SpoolMaxBytes  int64
+	// SpoolMemoryBytes bounds the bodies of spooled events held in memory:
+	// those handed to the workers (queued or being processed). The other
+	// waiting events are kept as small index entries and read back from
+	// the spool files when their turn comes. Default 16 MiB; at least one
+	// event is always handed out.
+	SpoolMemoryBytes int64
 	// SegmentBytes is the size at which a spool segment file is closed and a
 	// new one started. Default 4 MiB.
 	SegmentBytes int64
@@ -71,11 +83,14 @@ type Options struct {
 	// in spool order). Default 256: a Process call that waits for its
 	// pipeline batch to be flushed (up to the batch delay) holds a worker
 	// that long, so throughput is about ProcessConcurrency / batch delay;
-	// concurrent calls share one batch. With 1, events are processed
-	// strictly in order.
+	// concurrent calls share one batch. With 1, events are processed in
+	// order, except that an event whose Process failed is retried after
+	// the events behind it.
 	ProcessConcurrency int
-	// RetryInitial and RetryMax bound the backoff between attempts of a
-	// failing Process (doubling, with jitter). Defaults 500 ms and 1 min.
+	// RetryInitial and RetryMax bound the backoffs of failing events
+	// (doubling, with jitter): the gate of a survey whose events fail
+	// transiently (per failure in a row), and an event's own retries (per
+	// attempt). Defaults 500 ms and 1 min.
 	RetryInitial time.Duration
 	RetryMax     time.Duration
 	// LogBatch and LogInterval batch writes to the EventLog. Defaults 1 000
@@ -110,7 +125,7 @@ func (o Options) resolve() (*settings, error) {
 	if o.BasicAuthUser == "" && o.BasicAuthPassword != "" {
 		errs = append(errs, errors.New("webhookrx: basic auth: password set without a user"))
 	}
-	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 {
+	if o.MaxBodyBytes < 0 || o.SpoolMaxEvents < 0 || o.SpoolMaxBytes < 0 || o.ProcessConcurrency < 0 || o.DedupeIDs < 0 || o.MaxConns < 0 || o.SpoolMemoryBytes < 0 {
 		errs = append(errs, errors.New("webhookrx: sizes and counts must not be negative"))
 	}
 	s := &settings{Options: o}
@@ -162,9 +177,11 @@ func (o Options) resolve() (*settings, error) {
 		}
 	}
 	def(&s.MaxBodyBytes, 1<<20)
+	defInt(&s.MaxConns, 1024)
 	defInt(&s.SpoolMaxEvents, 100_000)
 	def(&s.SpoolMaxBytes, 256<<20)
 	def(&s.SegmentBytes, 4<<20)
+	def(&s.SpoolMemoryBytes, 16<<20)
 	defInt(&s.DedupeIDs, 100_000)
 	defInt(&s.ProcessConcurrency, 256)
 	defInt(&s.LogBatch, 1000)

@@ -12,6 +12,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/netutil"
+
+	"github.com/surveysync/surveysync/internal/permanent"
 )
 
 // maxCommitBatch bounds the events of one group commit (SegmentBytes
@@ -34,7 +38,9 @@ type Receiver struct {
 
 	appendCh chan *appendReq
 	doneCh   chan []doneMark
+	outcomes chan outcomeReq // workers' reports of Process attempts, for the feeder
 	queue    *workQueue
+	resident atomic.Int64  // bytes of the events handed out (queued or in a worker)
 	started  chan struct{} // closed once the spool is open and the spool loop runs
 	stopped  chan struct{} // closed when the spool loop stops accepting
 	ran      atomic.Bool
@@ -44,6 +50,16 @@ type Receiver struct {
 
 	errMu    sync.Mutex
 	spoolErr error // last spool write error; nil after a good write
+}
+
+// outcomeReq reports one Process attempt to the spool loop: done
+// (processed, rejected, ignored) or failed transiently (handed out again
+// after a backoff).
+type outcomeReq struct {
+	seq      uint64
+	survey   int64
+	done     bool
+	attempts int // failed Process calls so far
 }
 
 type appendReq struct {
@@ -69,13 +85,14 @@ func New(o Options, p Processor, log EventLog) (*Receiver, error) {
 	}
 	r := &Receiver{
 		s: s, proc: p, elog: log,
-		m:        newMetrics(o.Registerer, s.Now),
 		appendCh: make(chan *appendReq, maxCommitBatch),
 		doneCh:   make(chan []doneMark, 16),
+		outcomes: make(chan outcomeReq, s.ProcessConcurrency),
 		queue:    newWorkQueue(),
 		started:  make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	r.m = newMetrics(o.Registerer, s.Now, func() float64 { return float64(r.resident.Load()) })
 	r.m.spoolMaxEvts.Set(float64(s.SpoolMaxEvents))
 	r.m.spoolMaxByts.Set(float64(s.SpoolMaxBytes))
 	return r, nil
@@ -153,9 +170,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 		}
 		a := ln.Addr().String()
 		r.addr.Store(&a)
+		ln = netutil.LimitListener(ln, s.MaxConns)
 	}
-	for _, ev := range replay {
-		r.m.event(ev.Kind(), evReplayed)
+	for kind, n := range sp.replayedKinds {
+		r.m.events.WithLabelValues(kind, evReplayed).Add(float64(n))
 	}
 	alreadyDone := 0
 	for kind, n := range sp.doneAtLoad {
@@ -165,13 +183,14 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if len(replay) > 0 || alreadyDone > 0 {
 		s.logger.Info("webhook spool replayed", "events", len(replay), "already_done", alreadyDone, "dir", s.SpoolDir)
 	}
-	r.queue.push(replay...)
+	fd := newFeeder(r, sp, replay)
+	fd.fill()
 	r.updateGauges(sp)
 
 	spoolStop, loopDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(loopDone)
-		r.spoolLoop(sp, spoolStop)
+		r.spoolLoop(sp, fd, spoolStop)
 	}()
 	close(r.started)
 
@@ -257,8 +276,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 }
 
 // spoolLoop owns the spool: it commits submitted events in groups (one
-// write and one fdatasync for all requests waiting) and records done marks.
-func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
+// write and one fdatasync for all requests waiting), records done marks, and
+// hands events to the workers within the memory window (feeder).
+func (r *Receiver) spoolLoop(sp *spool, fd *feeder, stop <-chan struct{}) {
 	defer sp.close()
 	// Done marks are synced in groups, every doneSyncInterval or doneSyncMax
 	// marks: a crash loses at most that window of marks, whose events are
@@ -274,6 +294,7 @@ func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 			r.s.logger.Error("webhook spool: cannot record processed events; retrying", "events", len(marks), "error", err)
 			return
 		}
+		fd.forget(marks)
 		marks = nil
 		r.updateGauges(sp)
 	}
@@ -302,7 +323,19 @@ func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 					break gather
 				}
 			}
-			r.commit(sp, batch)
+			r.commit(sp, fd, batch)
+		case o := <-r.outcomes:
+			fd.outcome(o)
+			for n := 0; n < 256; n++ { // take the others waiting, then fill once
+				select {
+				case o := <-r.outcomes:
+					fd.outcome(o)
+					continue
+				default:
+				}
+				break
+			}
+			fd.fill()
 		case m := <-r.doneCh:
 			marks = append(marks, m...)
 			if len(marks) >= doneSyncMax {
@@ -311,6 +344,7 @@ func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 			}
 		case <-tick.C:
 			flushMarks()
+			fd.fill()
 		case <-stop:
 			drainMarks()
 			flushMarks()
@@ -327,28 +361,29 @@ func (r *Receiver) spoolLoop(sp *spool, stop <-chan struct{}) {
 	}
 }
 
-func (r *Receiver) commit(sp *spool, batch []*appendReq) {
+func (r *Receiver) commit(sp *spool, fd *feeder, batch []*appendReq) {
 	evs := make([]*Event, len(batch))
 	for i, q := range batch {
 		evs[i] = q.ev
 	}
 	start := time.Now()
 	res, err := sp.append(evs, r.s.SpoolMaxEvents, r.s.SpoolMaxBytes)
-	var accepted []Event
+	accepted := 0
 	for i, x := range res {
 		if x == resAccepted {
-			accepted = append(accepted, *evs[i])
+			accepted++
+			fd.accepted(*evs[i])
 		}
 	}
-	if len(accepted) > 0 || err != nil {
+	if accepted > 0 || err != nil {
 		r.m.commitDur.Observe(time.Since(start).Seconds())
-		r.m.commitEvents.Observe(float64(len(accepted)))
+		r.m.commitEvents.Observe(float64(accepted))
 		r.setSpoolErr(err)
 	}
 	if err != nil {
 		r.s.logger.Error("webhook spool: write failed; answering 503", "events", len(batch), "error", err)
 	}
-	r.queue.push(accepted...)
+	fd.fill()
 	r.updateGauges(sp)
 	for i, q := range batch {
 		q.res <- res[i]
@@ -367,68 +402,87 @@ func (r *Receiver) updateGauges(sp *spool) {
 	}
 }
 
-// worker processes queued events until stop.
+// worker processes queued events until stop. An event gets one Process
+// call per turn: done (processed, rejected, ignored) it goes to the log and
+// done.log; failed transiently it goes back to the spool loop, which hands
+// it out again after its own backoff, so the worker takes the next event
+// meanwhile (one survey's failing events do not hold the workers).
 func (r *Receiver) worker(ctx context.Context, stop <-chan struct{}, out chan<- completion) {
 	for {
-		ev, ok := r.queue.pop(stop)
+		w, ok := r.queue.pop(stop)
 		if !ok {
 			return
 		}
-		c, ok := r.process(ctx, stop, ev)
-		if !ok {
-			return // stopping: the event stays in the spool
+		c, res := r.attempt(ctx, w)
+		if res == attemptStopping {
+			return // the event stays in the spool
 		}
-		out <- c
+		r.resident.Add(-w.size)
+		o := outcomeReq{seq: w.ev.Seq, survey: w.ev.Parsed.SurveyID, done: res == attemptDone, attempts: w.attempts}
+		if res == attemptRetry {
+			o.attempts++
+		}
+		r.outcomes <- o
+		if res == attemptDone {
+			out <- c
+		}
 	}
 }
 
-// process runs Process for ev until it succeeds, fails permanently, or the
-// receiver stops (ok false).
-func (r *Receiver) process(ctx context.Context, stop <-chan struct{}, ev Event) (completion, bool) {
+type attemptResult int
+
+const (
+	attemptDone     attemptResult = iota // processed, rejected or ignored: log it, mark it done
+	attemptRetry                         // failed transiently: retry after a backoff
+	attemptStopping                      // the receiver stops: the event stays in the spool
+)
+
+// attempt calls Process once for ev.
+func (r *Receiver) attempt(ctx context.Context, w work) (completion, attemptResult) {
+	ev := w.ev
 	kind := ev.Kind()
-	done := func(outcome string, err error, attempts int) (completion, bool) {
+	attempt := w.attempts + 1
+	done := func(outcome string, err error, attempts int) (completion, attemptResult) {
 		r.m.event(kind, outcome)
 		return completion{
 			entry: logEntry(ev, outcome, err, attempts, r.s.Now().UTC()),
 			mark:  doneMark{seq: ev.Seq, id: ev.ID},
-		}, true
+		}, attemptDone
 	}
 	if kind == KindUnknown {
 		return done(OutcomeIgnored, nil, 0)
 	}
-	delay := r.s.RetryInitial
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		err := r.proc.Process(ctx, ev)
-		r.m.processDur.Observe(time.Since(start).Seconds())
-		switch {
-		case err == nil:
-			return done(OutcomeProcessed, nil, attempt)
-		case IsPermanent(err):
-			r.s.logger.Warn("webhook event rejected by the processor; not retried",
-				"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID, "error", err)
-			return done(OutcomeRejected, err, attempt)
-		case ctx.Err() != nil:
-			return completion{}, false
-		}
-		r.m.event(kind, evRetried)
-		wait := jitter(delay)
-		level := slog.LevelDebug // many workers retrying through an outage: warn on the 1st, 11th, 21st… attempt
-		if attempt%10 == 1 {
-			level = slog.LevelWarn
-		}
-		r.s.logger.Log(ctx, level, "webhook event processing failed; will retry",
-			"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID,
-			"attempt", attempt, "retry_in", wait.Round(time.Millisecond), "error", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-			return completion{}, false
-		}
-		delay = min(2*delay, r.s.RetryMax)
+	start := time.Now()
+	err := r.proc.Process(ctx, ev)
+	r.m.processDur.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		return done(OutcomeProcessed, nil, attempt)
+	case IsPermanent(err) || permanent.Is(err):
+		r.s.logger.Warn("webhook event rejected by the processor; not retried",
+			"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID, "attempts", attempt, "error", err)
+		return done(OutcomeRejected, err, attempt)
+	case ctx.Err() != nil:
+		return completion{}, attemptStopping
 	}
+	r.m.event(kind, evRetried)
+	level := slog.LevelDebug // many events retrying through an outage: warn on the 1st, 11th, 21st… attempt
+	if attempt%10 == 1 {
+		level = slog.LevelWarn
+	}
+	r.s.logger.Log(ctx, level, "webhook event processing failed; it and its survey's other events wait, then are retried",
+		"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID, "attempt", attempt, "error", err)
+	return completion{}, attemptRetry
+}
+
+// backoff is the wait after the n-th failed attempt of an event: from
+// RetryInitial doubling to RetryMax (before jitter).
+func (r *Receiver) backoff(n int) time.Duration {
+	d := r.s.RetryInitial
+	for i := 1; i < n && d < r.s.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, r.s.RetryMax)
 }
 
 // jitter spreads d over ±20 %.
@@ -542,14 +596,14 @@ func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool
 // workQueue is the FIFO of spooled events waiting for a worker.
 type workQueue struct {
 	mu    sync.Mutex
-	items []Event
+	items []work
 	head  int
 	wake  chan struct{}
 }
 
 func newWorkQueue() *workQueue { return &workQueue{wake: make(chan struct{}, 1)} }
 
-func (q *workQueue) push(evs ...Event) {
+func (q *workQueue) push(evs ...work) {
 	if len(evs) == 0 {
 		return
 	}
@@ -567,17 +621,17 @@ func (q *workQueue) signal() {
 }
 
 // pop takes the oldest event, waiting for one; false once stop is closed.
-func (q *workQueue) pop(stop <-chan struct{}) (Event, bool) {
+func (q *workQueue) pop(stop <-chan struct{}) (work, bool) {
 	for {
 		select {
 		case <-stop:
-			return Event{}, false
+			return work{}, false
 		default:
 		}
 		q.mu.Lock()
 		if q.head < len(q.items) {
 			ev := q.items[q.head]
-			q.items[q.head] = Event{}
+			q.items[q.head] = work{}
 			q.head++
 			more := q.head < len(q.items)
 			if q.head > 1024 && q.head*2 > len(q.items) {
@@ -594,7 +648,7 @@ func (q *workQueue) pop(stop <-chan struct{}) (Event, bool) {
 		select {
 		case <-q.wake:
 		case <-stop:
-			return Event{}, false
+			return work{}, false
 		}
 	}
 }

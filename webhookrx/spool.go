@@ -34,6 +34,7 @@ const (
 	segPrefix  = "wal-"
 	segSuffix  = ".log"
 	doneName   = "done.log"
+	retryName  = "retries.log"
 	lockName   = "lock"
 	recHdrLen  = 8
 	payloadFix = 8 + 8 + 2
@@ -46,16 +47,23 @@ type segment struct {
 	name    string
 	first   uint64
 	f       *os.File // open while the segment is the active one
+	rf      *os.File // opened to read events back, closed with the segment
 	size    int64
 	live    int // events in it not yet done
 	records int // events written in it (live and done)
 }
 
-// spooled is an accepted event not yet done.
+// spooled is an accepted event not yet done: only its index entry stays in
+// memory; the body is read back from its segment when a worker needs it
+// (read), so the spool's memory does not grow with the events waiting.
 type spooled struct {
-	ev   Event
-	seg  *segment
-	size int64
+	seq        uint64
+	id         string
+	survey     int64 // for the feeder's gates
+	receivedAt time.Time
+	seg        *segment
+	off        int64 // of the record in seg
+	size       int64 // of the record
 }
 
 // spool is owned by one goroutine (the receiver's spool loop); it is not
@@ -78,11 +86,19 @@ type spool struct {
 	// doneAtLoad counts, by kind, the events found in segments at start
 	// that were already done (a crash between done.log and the deletion).
 	doneAtLoad map[string]int
+	// replayedKinds counts, by kind, the events found waiting at start.
+	replayedKinds map[string]int
+	// attempts are the failed Process calls of waiting events recorded in
+	// retries.log ("<seq> <attempts>" per failed attempt, best effort, not
+	// synced): so an event's attempt count and backoff survive a restart.
+	attempts map[uint64]int
+	retryF   *os.File
 }
 
 // openSpool locks dir, loads the done index and the segments, and returns
-// the events still to process in spool order.
-func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*spool, []Event, error) {
+// the sequence numbers of the events still to process, in spool order
+// (read their bodies with read).
+func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*spool, []uint64, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("webhookrx: spool dir: %w", err)
 	}
@@ -92,9 +108,9 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 	}
 	s := &spool{
 		dir: dir, segBytes: segBytes, log: log, lock: lock,
-		bySeq: map[uint64]*spooled{}, byID: map[string]*spooled{}, doneAtLoad: map[string]int{},
+		bySeq: map[uint64]*spooled{}, byID: map[string]*spooled{}, doneAtLoad: map[string]int{}, replayedKinds: map[string]int{},
 	}
-	fail := func(err error) (*spool, []Event, error) {
+	fail := func(err error) (*spool, []uint64, error) {
 		s.close()
 		return nil, nil, err
 	}
@@ -114,7 +130,7 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 		}
 	}
 	maxSeq := s.done.maxSeq
-	var evs []Event
+	var evs []uint64
 	for _, name := range names {
 		seg, loaded, last, err := s.loadSegment(name)
 		if err != nil {
@@ -131,7 +147,56 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 		evs = append(evs, loaded...)
 	}
 	s.nextSeq = maxSeq + 1
+	if err := s.openRetries(); err != nil {
+		return fail(err)
+	}
 	return s, evs, nil
+}
+
+// openRetries loads retries.log, keeps the counts of events still waiting,
+// and rewrites it with them.
+func (s *spool) openRetries() error {
+	s.attempts = map[uint64]int{}
+	path := filepath.Join(s.dir, retryName)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("webhookrx: spool: read %s: %w", retryName, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		a, b, ok := strings.Cut(line, " ")
+		seq, err1 := strconv.ParseUint(a, 10, 64)
+		n, err2 := strconv.Atoi(b)
+		if ok && err1 == nil && err2 == nil && n > 0 && s.bySeq[seq] != nil {
+			s.attempts[seq] = max(s.attempts[seq], n)
+		}
+	}
+	var b strings.Builder
+	for seq, n := range s.attempts {
+		fmt.Fprintf(&b, "%d %d\n", seq, n)
+	}
+	if err := writeFileSync(path+".tmp", []byte(b.String())); err != nil {
+		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool: open %s: %w", retryName, err)
+	}
+	s.retryF = f
+	return nil
+}
+
+// noteAttempts records that the event seq has failed n times (best
+// effort: a lost line only resets a count).
+func (s *spool) noteAttempts(seq uint64, n int) {
+	if s.retryF == nil {
+		return
+	}
+	if _, err := fmt.Fprintf(s.retryF, "%d %d\n", seq, n); err != nil {
+		s.log.Warn("webhook spool: cannot record an attempt count", "error", err)
+	}
 }
 
 func segmentNames(dir string) ([]string, error) {
@@ -153,8 +218,8 @@ func segmentNames(dir string) ([]string, error) {
 func segmentName(first uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, first, segSuffix) }
 
 // loadSegment reads one segment's valid records, registering the events not
-// yet done. It returns the highest sequence number seen.
-func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
+// yet done. It returns their sequence numbers and the highest one seen.
+func (s *spool) loadSegment(name string) (*segment, []uint64, uint64, error) {
 	path := filepath.Join(s.dir, name)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -162,7 +227,7 @@ func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
 	}
 	first, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, segPrefix), segSuffix), 10, 64)
 	seg := &segment{name: name, first: first, size: int64(len(data))}
-	var evs []Event
+	var evs []uint64
 	var last uint64
 	off := 0
 	for off < len(data) {
@@ -172,6 +237,7 @@ func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
 				"segment", name, "offset", off, "bytes", len(data)-off, "error", err)
 			break
 		}
+		at := off
 		off += n
 		seg.records++
 		last = max(last, ev.Seq)
@@ -179,19 +245,55 @@ func (s *spool) loadSegment(name string) (*segment, []Event, uint64, error) {
 			s.doneAtLoad[ev.Kind()]++
 			continue
 		}
-		sp := &spooled{ev: ev, seg: seg, size: int64(n)}
+		sp := &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, seg: seg, off: int64(at), size: int64(n)}
 		s.add(sp)
-		evs = append(evs, ev)
+		s.replayedKinds[ev.Kind()]++
+		evs = append(evs, ev.Seq)
 	}
 	return seg, evs, last, nil
 }
 
 func (s *spool) add(sp *spooled) {
-	s.bySeq[sp.ev.Seq] = sp
-	s.byID[sp.ev.ID] = sp
-	s.order = append(s.order, sp.ev.Seq)
+	s.bySeq[sp.seq] = sp
+	s.byID[sp.id] = sp
+	s.order = append(s.order, sp.seq)
 	s.bytes += sp.size
 	sp.seg.live++
+}
+
+// read reads a waiting event back from its segment.
+func (s *spool) read(seq uint64) (Event, error) {
+	sp := s.bySeq[seq]
+	if sp == nil {
+		return Event{}, fmt.Errorf("webhookrx: spool: event %d is not waiting", seq)
+	}
+	seg := sp.seg
+	if seg.rf == nil {
+		f, err := os.Open(filepath.Join(s.dir, seg.name))
+		if err != nil {
+			return Event{}, fmt.Errorf("webhookrx: spool: open %s: %w", seg.name, err)
+		}
+		seg.rf = f
+	}
+	buf := make([]byte, sp.size)
+	if _, err := seg.rf.ReadAt(buf, sp.off); err != nil {
+		return Event{}, fmt.Errorf("webhookrx: spool: read %s at %d: %w", seg.name, sp.off, err)
+	}
+	ev, _, err := decodeRecord(buf)
+	if err != nil {
+		return Event{}, fmt.Errorf("webhookrx: spool: read %s at %d: %w", seg.name, sp.off, err)
+	}
+	if ev.Seq != seq {
+		return Event{}, fmt.Errorf("webhookrx: spool: %s at %d holds event %d, want %d", seg.name, sp.off, ev.Seq, seq)
+	}
+	return ev, nil
+}
+
+func (seg *segment) closeRead() {
+	if seg.rf != nil {
+		_ = seg.rf.Close()
+		seg.rf = nil
+	}
 }
 
 // events and bytes waiting in the spool.
@@ -201,7 +303,7 @@ func (s *spool) events() int { return len(s.bySeq) }
 func (s *spool) oldest() time.Time {
 	for s.head < len(s.order) {
 		if sp := s.bySeq[s.order[s.head]]; sp != nil {
-			return sp.ev.ReceivedAt
+			return sp.receivedAt
 		}
 		s.head++
 	}
@@ -286,16 +388,17 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 		}
 		ev.Seq = s.nextSeq
 		s.nextSeq++
+		rel := int64(buf.Len())
 		encodeRecord(&buf, ev)
 		inBatch[ev.ID] = true
 		addEvents++
 		addBytes += size
-		acc = append(acc, &spooled{ev: *ev, size: size})
+		acc = append(acc, &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, off: rel, size: size})
 	}
 	if len(acc) == 0 {
 		return res, nil
 	}
-	seg, err := s.write(acc[0].ev.Seq, buf.Bytes())
+	seg, base, err := s.write(acc[0].seq, buf.Bytes())
 	if err != nil {
 		for i := range res {
 			if res[i] == resAccepted {
@@ -306,6 +409,7 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 	}
 	for _, sp := range acc {
 		sp.seg = seg
+		sp.off += base
 		s.add(sp)
 	}
 	seg.records += len(acc)
@@ -313,8 +417,8 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 }
 
 // write appends data to the active segment (starting a new one named first
-// when needed) and syncs it.
-func (s *spool) write(first uint64, data []byte) (*segment, error) {
+// when needed) and syncs it. It returns the segment and data's offset in it.
+func (s *spool) write(first uint64, data []byte) (*segment, int64, error) {
 	if s.active != nil && s.active.size >= s.segBytes {
 		s.seal()
 	}
@@ -323,7 +427,7 @@ func (s *spool) write(first uint64, data []byte) (*segment, error) {
 		name := segmentName(first)
 		f, err := os.OpenFile(filepath.Join(s.dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			return nil, fmt.Errorf("webhookrx: spool: create segment: %w", err)
+			return nil, 0, fmt.Errorf("webhookrx: spool: create segment: %w", err)
 		}
 		s.active = &segment{name: name, first: first, f: f}
 		s.segs = append(s.segs, s.active)
@@ -341,10 +445,11 @@ func (s *spool) write(first uint64, data []byte) (*segment, error) {
 		// The tail may be torn: never append after it. Replay ignores it.
 		_ = seg.f.Truncate(seg.size)
 		s.seal()
-		return nil, fmt.Errorf("webhookrx: spool: write segment %s: %w", seg.name, err)
+		return nil, 0, fmt.Errorf("webhookrx: spool: write segment %s: %w", seg.name, err)
 	}
+	base := seg.size
 	seg.size += int64(len(data))
-	return seg, nil
+	return seg, base, nil
 }
 
 // seal closes the active segment; it is removed now if nothing in it waits.
@@ -366,6 +471,7 @@ func (s *spool) removeSegment(seg *segment) {
 		_ = seg.f.Close()
 		seg.f = nil
 	}
+	seg.closeRead()
 	if s.active == seg {
 		s.active = nil
 	}
@@ -394,12 +500,22 @@ func (s *spool) compactSegment(seg *segment) error {
 			live = append(live, sp)
 		}
 	}
-	sort.Slice(live, func(i, j int) bool { return live[i].ev.Seq < live[j].ev.Seq })
-	var buf bytes.Buffer
-	for _, sp := range live {
-		encodeRecord(&buf, &sp.ev)
+	sort.Slice(live, func(i, j int) bool { return live[i].seq < live[j].seq })
+	data, err := os.ReadFile(filepath.Join(s.dir, seg.name))
+	if err != nil {
+		return err
 	}
-	name := segmentName(live[0].ev.Seq)
+	// The records are copied as they are (each carries its own checksum).
+	var buf bytes.Buffer
+	offs := make([]int64, len(live))
+	for i, sp := range live {
+		if sp.off+sp.size > int64(len(data)) {
+			return fmt.Errorf("segment %s: event %d beyond its end", seg.name, sp.seq)
+		}
+		offs[i] = int64(buf.Len())
+		buf.Write(data[sp.off : sp.off+sp.size])
+	}
+	name := segmentName(live[0].seq)
 	tmp := filepath.Join(s.dir, name+".tmp")
 	if err := writeFileSync(tmp, buf.Bytes()); err != nil {
 		os.Remove(tmp)
@@ -417,7 +533,11 @@ func (s *spool) compactSegment(seg *segment) error {
 			return err
 		}
 	}
-	seg.name, seg.first, seg.size, seg.records = name, live[0].ev.Seq, int64(buf.Len()), len(live)
+	seg.closeRead()
+	for i, sp := range live {
+		sp.off = offs[i]
+	}
+	seg.name, seg.first, seg.size, seg.records = name, live[0].seq, int64(buf.Len()), len(live)
 	return nil
 }
 
@@ -446,7 +566,7 @@ func (s *spool) markDone(marks []doneMark) error {
 	for _, m := range known {
 		sp := s.bySeq[m.seq]
 		delete(s.bySeq, m.seq)
-		delete(s.byID, sp.ev.ID)
+		delete(s.byID, sp.id)
 		s.bytes -= sp.size
 		sp.seg.live--
 		if sp.seg.live == 0 {
@@ -471,6 +591,13 @@ func (s *spool) close() {
 	if s.active != nil && s.active.f != nil {
 		_ = s.active.f.Close()
 		s.active.f = nil
+	}
+	for _, seg := range s.segs {
+		seg.closeRead()
+	}
+	if s.retryF != nil {
+		_ = s.retryF.Close()
+		s.retryF = nil
 	}
 	if s.done != nil {
 		s.done.close()

@@ -12,9 +12,15 @@ import (
 
 func openTestSpool(t *testing.T, dir string, segBytes int64, dedupe int) (*spool, []Event) {
 	t.Helper()
-	sp, evs, err := openSpool(dir, segBytes, dedupe, testLogger(t))
+	sp, seqs, err := openSpool(dir, segBytes, dedupe, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	evs := make([]Event, len(seqs))
+	for i, seq := range seqs {
+		if evs[i], err = sp.read(seq); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return sp, evs
 }

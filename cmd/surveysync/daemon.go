@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
@@ -299,7 +300,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			SpoolMaxBytes:          int64(w.SpoolMaxBytes),
 			Logger:                 log.With("component", "webhooks"),
 			Registerer:             reg,
-		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, now: time.Now}, evlog)
+		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: inv, now: time.Now}, evlog)
 		if err != nil {
 			return fmt.Errorf("webhooks: %w", err)
 		}
@@ -323,7 +324,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		defer closeLedger()
 	}
 	if cfg.Metrics.Listen != "" {
-		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, reg, h, log); err != nil {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, log); err != nil {
 			return err
 		}
 	}
@@ -460,29 +461,35 @@ func (h *health) ready(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, h *health, log *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	// Go's profiler, for operators chasing CPU or memory (metrics.listen is
-	// loopback by default; expose it with care).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		cctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		if err := h.ready(cctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+// The metrics listener's bounds: Prometheus and probes need few
+// connections and answer fast; a CPU profile or trace (pprof on) streams
+// for its ?seconds= (30 s by default), so writes get more room then.
+const (
+	metricsMaxConns     = 64
+	metricsWriteTimeout = 30 * time.Second
+	pprofWriteTimeout   = 2 * time.Minute
+)
+
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, log *slog.Logger) error {
+	writeTimeout := metricsWriteTimeout
+	if withPprof {
+		writeTimeout = pprofWriteTimeout
+	}
+	mux := metricsMux(withPprof, reg, h)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln = netutil.LimitListener(ln, metricsMaxConns)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("metrics server: %w", err)
@@ -543,4 +550,30 @@ func errUnreadableSurveys(failed map[int64]error) error {
 	}
 	b.WriteString(": check the ids in surveys and the token's account")
 	return errors.New(b.String())
+}
+
+// metricsMux serves /metrics, /healthz, /readyz and, with withPprof only,
+// /debug/pprof/.
+func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if withPprof {
+		// Go's profiler, for operators chasing CPU or memory: only with
+		// metrics.pprof (metrics.listen is loopback by default; expose it
+		// with care).
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		cctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := h.ready(cctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
 }

@@ -2,24 +2,48 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/webhookrx"
 )
+
+// surveyLister is the one API call the processor makes itself: reading a
+// survey's first response, to check that the token can read the survey.
+type surveyLister interface {
+	ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error)
+}
 
 // webhookProcessor turns spooled webhook events into work: a received
 // response goes through the same pipeline as the poller's (so a response
 // arriving both ways is one row); survey events update the surveys table and
 // the polling set. It returns only when the effect is durable, so the spool
-// keeps the event until then.
+// keeps the event until then. Errors that asking again cannot fix (403, 400,
+// a malformed answer, an event without its ids) are returned as
+// webhookrx.Permanent: the event ends, recorded as rejected with the error,
+// and holds no worker; the others are retried by the receiver with backoff.
 type webhookProcessor struct {
 	pipe    *pipeline.Pipeline
 	poller  *poll.Poller
 	surveys *surveyBook
+	api     surveyLister
+	inv     poll.Inventory // nil without one (Parquet)
 	now     func() time.Time
+}
+
+// final marks the errors asking again cannot fix as permanent for the
+// receiver.
+func final(err error) error {
+	if err != nil && (surveyapi.IsPermanent(err) || permanent.Is(err)) {
+		return webhookrx.Permanent(err)
+	}
+	return err
 }
 
 func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) error {
@@ -32,22 +56,37 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		if e.ResponseID == "" {
 			return webhookrx.Permanent(fmt.Errorf("response_received event %s has no response_id", ev.ID))
 		}
-		w.poller.AddSurvey(e.SurveyID)
 		done := make(chan error, 1)
 		err := w.pipe.Submit(ctx, pipeline.Ref{
 			SurveyID: e.SurveyID, ResponseID: e.ResponseID, Source: "webhook", Urgent: true,
-			Done: func(err error) { done <- err },
+			OnNotFound: func(ctx context.Context) (bool, error) { return w.known(ctx, e.SurveyID, e.ResponseID) },
+			Done:       func(err error) { done <- err },
 		})
 		if err != nil {
 			return err
 		}
 		select {
-		case err := <-done:
-			return err
+		case err = <-done:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		switch {
+		case errors.Is(err, pipeline.ErrNotWritten):
+			return webhookrx.Permanent(fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written", e.ResponseID, e.SurveyID))
+		case err != nil:
+			return final(err)
+		}
+		// Only a survey whose response could be read joins the polling set.
+		w.poller.AddSurvey(e.SurveyID)
 	case webhookrx.KindSurveyLaunched:
+		// One list call: a survey the token cannot read (403) or that does
+		// not exist (404) must not join the polling set for good.
+		if _, err := w.api.ListResponses(ctx, e.SurveyID, survey.ListQuery{Page: 1, PerPage: 1}); err != nil {
+			if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
+				return webhookrx.Permanent(fmt.Errorf("survey_launched for survey %d, which the API token cannot read: not added to the polling set: %w", e.SurveyID, err))
+			}
+			return final(err)
+		}
 		at := w.now()
 		if e.LaunchedAt != nil {
 			at = e.LaunchedAt.Time
@@ -69,4 +108,29 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		w.poller.EndSurvey(e.SurveyID)
 	}
 	return nil
+}
+
+// responseLookup is an inventory that can look up one response
+// (clickhouse.Sink) instead of listing a whole survey.
+type responseLookup interface {
+	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
+}
+
+// known reports whether a response is in the sink's inventory, for a
+// webhook whose response answered 404: a deletion is written only for a
+// response the warehouse has. Without an inventory (Parquet) it is never
+// written from a webhook; the poller's reconcile finds real deletions.
+func (w *webhookProcessor) known(ctx context.Context, surveyID int64, id survey.GUID) (bool, error) {
+	if w.inv == nil {
+		return false, nil
+	}
+	if l, ok := w.inv.(responseLookup); ok {
+		return l.HasResponse(ctx, surveyID, id) // one point query (ClickHouse)
+	}
+	cur, err := w.inv.CurrentResponses(ctx, surveyID)
+	if err != nil {
+		return false, err
+	}
+	_, ok := cur[id]
+	return ok, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -26,4 +28,21 @@ func (s *Sink) CurrentResponses(ctx context.Context, surveyID int64) (map[survey
 		out[survey.GUID(id)] = status
 	}
 	return out, rows.Err()
+}
+
+// HasResponse reports whether a response is in responses_current (written,
+// and its latest version not a deletion): one point query, for a webhook
+// whose response answered 404 — a deletion is written only for a response
+// the warehouse has.
+func (s *Sink) HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error) {
+	u, err := uuid.Parse(string(id)) // parsed, so the literal below is a plain UUID
+	if err != nil {
+		return false, fmt.Errorf("clickhouse: look up response %q: %w", id, err)
+	}
+	q := fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE survey_id = %d AND response_id = toUUID('%s')", s.Database(), surveyID, u.String())
+	var n uint64
+	if err := s.conn.QueryRow(ctx, q).Scan(&n); err != nil {
+		return false, fmt.Errorf("clickhouse: look up response %s of survey %d: %w", u, surveyID, err)
+	}
+	return n > 0, nil
 }

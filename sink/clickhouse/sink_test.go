@@ -14,6 +14,7 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
 func countRows(t *testing.T, s *Sink, query string) uint64 {
@@ -454,3 +455,28 @@ var (
 	_ pipeline.StateStore  = (*Sink)(nil)
 	_ pipeline.SurveyStore = (*Sink)(nil)
 )
+
+// HasResponse finds a written response, not a deleted one, not one never
+// written, not one of another survey.
+func TestHasResponse(t *testing.T) {
+	s, _ := openTest(t, nil)
+	done := baseTime.Add(time.Hour)
+	writeBatch(t, s, []testResponse{
+		{ID: guid(1), SurveyID: 1, Version: 100, Completed: &done, Answers: 2},
+		{ID: guid(2), SurveyID: 1, Version: 100, Completed: &done, Answers: 2},
+	})
+	writeBatch(t, s, []testResponse{{ID: guid(1), SurveyID: 1, Version: 300, Deleted: true}})
+	for _, c := range []struct {
+		survey int64
+		id     string
+		want   bool
+	}{{1, guid(2), true}, {1, guid(1), false}, {1, guid(3), false}, {2, guid(2), false}} {
+		got, err := s.HasResponse(ctxT(t), c.survey, survey.GUID(c.id))
+		if err != nil || got != c.want {
+			t.Errorf("HasResponse(%d, %s) = %v, %v; want %v", c.survey, c.id, got, err, c.want)
+		}
+	}
+	if _, err := s.HasResponse(ctxT(t), 1, "x'); DROP TABLE t; --"); err == nil {
+		t.Error("a malformed id was not refused")
+	}
+}

@@ -269,6 +269,15 @@ const pipelineDepth = 2
 // ends, no new chunk starts, the chunks in flight finish within the grace
 // period, and runBatch returns ctx's error.
 func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter, emit func(RowResult), dry bool) (Summary, error) {
+	return f.runBatchStop(ctx, ctx, batchID, file, next, emit, dry)
+}
+
+// runBatchStop is runBatch with two signals: when ctx ends no new chunk
+// starts (an http client that went away); only when shutdown ends does the
+// grace period start, after which the calls in flight are cancelled. So a
+// client disconnect lets the chunks already started finish (their calls are
+// bounded by the API client's timeout) and their outcomes be recorded.
+func (f *feed) runBatchStop(ctx, shutdown context.Context, batchID, file string, next rowIter, emit func(RowResult), dry bool) (Summary, error) {
 	b := &batchRun{f: f, id: batchID, file: file, emit: emit, dry: dry, sum: Summary{BatchID: batchID},
 		slots: make(chan struct{}, pipelineDepth)}
 	if dry {
@@ -281,7 +290,7 @@ func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter,
 	// ends, within the grace period: a soft stop leaves nothing uncertain.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(f.grace, cancelWork) })
+	stop := context.AfterFunc(shutdown, func() { time.AfterFunc(f.grace, cancelWork) })
 	defer stop()
 
 	err := b.read(ctx, work, next)
@@ -538,19 +547,37 @@ func firstSystemic(entries []ContactEntry, systemic []bool) string {
 	return ""
 }
 
+// recordTimeout bounds the recording of outcomes already known (a chunk's
+// settlement, a send's outcome). It runs on a context detached from the
+// batch's: a client that disconnects, or the end of the shutdown grace,
+// must not turn contacts the service created into uncertain rows.
+const recordTimeout = 30 * time.Second
+
+// detached returns a context that is not cancelled with ctx (it keeps its
+// values) and ends after recordTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+}
+
 // settle records the chunk's outcomes, retrying a few times: a lost
-// settlement turns pushed rows into uncertain ones at the next start.
+// settlement turns pushed rows into uncertain ones at the next start. The
+// outcomes are known, so they are recorded even when ctx has ended (the
+// client disconnected, the grace ran out), within recordTimeout.
 func (b *batchRun) settle(ctx context.Context, entries []ContactEntry) error {
+	rctx, cancel := detached(ctx)
+	defer cancel()
 	var err error
 	for attempt, wait := 0, 500*time.Millisecond; attempt < 5; attempt, wait = attempt+1, wait*2 {
-		if err = b.f.ledger.RecordContacts(ctx, entries); err == nil {
+		if err = b.f.ledger.RecordContacts(rctx, entries); err == nil {
 			return nil
 		}
 		b.f.log.Warn("feed: recording outcomes failed, retrying", "feed", b.f.opts.Name, "attempt", attempt+1, "err", err)
+		t := time.NewTimer(wait)
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("feed %s: record outcomes: %w", b.f.opts.Name, err)
-		case <-time.After(wait):
+		case <-rctx.Done():
+			t.Stop()
+			return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)
+		case <-t.C:
 		}
 	}
 	return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)
@@ -636,7 +663,10 @@ func (b *batchRun) send(ctx context.Context) error {
 			"feed", f.opts.Name, "batch", b.id, "message", o.MessageID, "state", e.State, "err", e.Error)
 	}
 	b.sum.Send = &e
-	if err := b.f.ledger.RecordSend(ctx, e); err != nil {
+	// The call's outcome is known: record it even if ctx ended meanwhile.
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	if err := b.f.ledger.RecordSend(rctx, e); err != nil {
 		return fmt.Errorf("feed %s: record send outcome: %w", f.opts.Name, err)
 	}
 	return nil

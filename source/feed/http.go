@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -11,7 +12,55 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 )
+
+// serverLimits are a feed listener's bounds, passed to its handlers in the
+// request's context (Runner.serve sets them; a handler mounted elsewhere
+// runs without them).
+type serverLimits struct {
+	shutdown context.Context // ends when the server shuts down
+	slots    chan struct{}   // requests being read and pushed
+	wait     time.Duration   // for a slot
+	write    time.Duration   // to write an answer
+}
+
+type limitsKey struct{}
+
+func limitsOf(r *http.Request) *serverLimits {
+	l, _ := r.Context().Value(limitsKey{}).(*serverLimits)
+	return l
+}
+
+// writeDeadline bounds the writes from now on: set when the handler starts
+// and again once the batch is done, so a push that takes minutes is not cut
+// while a client that does not read its answer is.
+func writeDeadline(w http.ResponseWriter, r *http.Request) {
+	if l := limitsOf(r); l != nil {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(l.write))
+	}
+}
+
+// acquire takes a request slot (after authentication, so that anonymous
+// slow clients cannot hold them). It answers 503 itself and returns false
+// when none frees within the wait.
+func acquire(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	l := limitsOf(r)
+	if l == nil {
+		return func() {}, true
+	}
+	t := time.NewTimer(l.wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return func() { <-l.slots }, true
+	case <-t.C:
+		w.Header().Set("Retry-After", "5")
+		httpError(w, http.StatusServiceUnavailable, "too many feed requests at once: retry later")
+	case <-r.Context().Done():
+	}
+	return nil, false
+}
 
 // HTTPResponse is the answer of an http feed to a POST: one result per
 // posted row, in order (Line is the row's index + 1).
@@ -32,6 +81,7 @@ type HTTPResponse struct {
 func (f *feed) httpHandler() http.Handler {
 	token := []byte("Bearer " + f.opts.HTTP.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeDeadline(w, r)
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			httpError(w, http.StatusMethodNotAllowed, "use POST with a JSON array of contacts")
@@ -43,6 +93,11 @@ func (f *feed) httpHandler() http.Handler {
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
+		release, ok := acquire(w, r)
+		if !ok {
+			return
+		}
+		defer release()
 		body := http.MaxBytesReader(w, r.Body, f.opts.HTTP.MaxBodyBytes)
 		var doc any
 		dec := json.NewDecoder(body)
@@ -78,7 +133,13 @@ func (f *feed) httpHandler() http.Handler {
 			return sourceRow{line: int64(i), get: mapGetter(obj)}, nil
 		}
 		resp := HTTPResponse{Rows: make([]RowResult, 0, len(raw))}
-		sum, err := f.runBatch(r.Context(), "http:"+newID(f), "", next, func(rr RowResult) {
+		// The client going away stops reading; the server's shutdown (not
+		// the disconnect) starts the grace after which calls are cancelled.
+		shutdown := context.WithoutCancel(r.Context()) // mounted elsewhere: calls end by the API timeout
+		if l := limitsOf(r); l != nil {
+			shutdown = l.shutdown
+		}
+		sum, err := f.runBatchStop(r.Context(), shutdown, "http:"+newID(f), "", next, func(rr RowResult) {
 			resp.Rows = append(resp.Rows, rr)
 		}, false)
 		resp.Summary = sum
@@ -90,6 +151,7 @@ func (f *feed) httpHandler() http.Handler {
 		}
 		// Rows come back in the order of their outcome; put them in input order.
 		sortResults(resp.Rows)
+		writeDeadline(w, r)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		json.NewEncoder(w).Encode(resp)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -29,6 +30,52 @@ type RunnerOptions struct {
 	// Run's context ends (default 30s). Past it the calls are cancelled and
 	// their rows become uncertain.
 	ShutdownGrace time.Duration
+	// HTTPServer bounds the http feeds' own listeners.
+	HTTPServer HTTPServerOptions
+}
+
+// HTTPServerOptions bound an http feed listener, so that slow or many
+// clients cannot exhaust the process's file descriptors or memory (issue
+// 12: a slowloris on the feed port broke webhook intake). Zero values take
+// the defaults.
+type HTTPServerOptions struct {
+	// MaxConns caps the open connections of one listener; past it new
+	// connections wait in the kernel's backlog. Default 128.
+	MaxConns int
+	// MaxRequests caps the requests of one listener whose bodies are read
+	// and pushed at once (each holds its decoded body); a request waits up
+	// to RequestWait for a slot, then gets 503 + Retry-After. Defaults 4
+	// and 30 s.
+	MaxRequests int
+	RequestWait time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers (default 10 s),
+	// ReadTimeout headers and body (default 2 min), WriteTimeout writing the
+	// answer once the batch is done (default 1 min; the push itself is not
+	// bounded by it), IdleTimeout a kept-alive connection between requests
+	// (default 1 min).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+}
+
+func (o *HTTPServerOptions) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 128
+	}
+	if o.MaxRequests <= 0 {
+		o.MaxRequests = 4
+	}
+	def(&o.RequestWait, 30*time.Second)
+	def(&o.ReadHeaderTimeout, 10*time.Second)
+	def(&o.ReadTimeout, 2*time.Minute)
+	def(&o.WriteTimeout, time.Minute)
+	def(&o.IdleTimeout, time.Minute)
 }
 
 // Runner runs the configured feeds.
@@ -53,6 +100,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	if o.ShutdownGrace <= 0 {
 		o.ShutdownGrace = 30 * time.Second
 	}
+	o.HTTPServer.setDefaults()
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("feed: metrics: %w", err)
@@ -181,9 +229,24 @@ func (r *Runner) Run(parent context.Context) error {
 	return err
 }
 
-// serve runs an HTTP server for the http feeds listening on addr until ctx ends.
+// serve runs an HTTP server for the http feeds listening on addr until ctx
+// ends, with the bounds of RunnerOptions.HTTPServer: a connection cap,
+// read/write/idle timeouts and a cap on requests processed at once.
 func (r *Runner) serve(ctx context.Context, g *errgroup.Group, addr string, ln net.Listener) {
-	srv := &http.Server{Handler: r.handler(addr), ReadHeaderTimeout: 10 * time.Second}
+	o := r.opts.HTTPServer
+	ln = netutil.LimitListener(ln, o.MaxConns)
+	lim := &serverLimits{shutdown: ctx, slots: make(chan struct{}, o.MaxRequests), wait: o.RequestWait, write: o.WriteTimeout}
+	h := r.handler(addr)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			h.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), limitsKey{}, lim)))
+		}),
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
+	}
 	g.Go(func() error {
 		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
