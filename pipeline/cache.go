@@ -3,7 +3,6 @@ package pipeline
 import (
 	"encoding/json"
 	"hash/fnv"
-	"strings"
 	"sync"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -35,11 +34,6 @@ func (c *contentCache) put(id survey.GUID, h uint64) {
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
 		clear(c.m)
-	}
-	if _, ok := c.m[id]; !ok {
-		// The id may share the memory of the list page it was read from;
-		// a copy keeps the page from being retained by the cache.
-		id = survey.GUID(strings.Clone(string(id)))
 	}
 	c.m[id] = h
 }

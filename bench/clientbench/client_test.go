@@ -2,11 +2,13 @@
 // against the emulator (source/sim) in one run: the emulator's ceiling —
 // response details per second served over loopback HTTP to a trivial
 // client that only reads the bytes — and the client's rate through its
-// full path (limiter, retries bookkeeping, metrics, single-pass decode into
-// survey.Response) at 16, 64 and 256 concurrent requests. Two trivial
-// clients give the ceiling: a raw net/http GET (what a script would do) and
-// a lean hand-written HTTP/1.1 GET that skips the body (the least CPU a
-// caller can spend, so the most the emulator can serve on these cores).
+// full path (limiter, retries bookkeeping, metrics, net/http, body budget,
+// encoding/json decode into survey.Response) at 16, 64 and 256 concurrent
+// requests. Two trivial clients give the ceiling: a raw net/http GET (what a
+// script would do) and a lean hand-written HTTP/1.1 GET that skips the body
+// (the least CPU a caller can spend, so the most the emulator can serve on
+// these cores). The lean caller is a bench-only ceiling: the product has
+// no hand-written HTTP client since issue 13.
 // All run in this process on the same cores, in short rounds back to back
 // so that the machine's load drifts equally over them; the medians are
 // reported, as requests per wall-clock second and per CPU-second of the

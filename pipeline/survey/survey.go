@@ -32,40 +32,35 @@ const (
 // GUID is a GUID in canonical 8-4-4-4-12 form, always lower case.
 type GUID string
 
+// ErrBadGUID is matched (errors.Is) by the error of ParseGUID, also when
+// it comes from decoding JSON.
+var ErrBadGUID = errors.New("invalid guid")
+
+// ErrBadTime is matched (errors.Is) by the error of ParseTime, also when it
+// comes from decoding JSON.
+var ErrBadTime = errors.New("invalid timestamp")
+
 // ParseGUID validates s as a canonical GUID and returns it in lower case.
-// A GUID already in lower case is returned without a copy.
 func ParseGUID(s string) (GUID, error) {
 	if len(s) != 36 {
-		return "", fmt.Errorf("invalid guid %q: want 36 characters in 8-4-4-4-12 form", s)
+		return "", fmt.Errorf("%w %q: want 36 characters in 8-4-4-4-12 form", ErrBadGUID, s)
 	}
-	upper := false
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch i {
 		case 8, 13, 18, 23:
 			if c != '-' {
-				return "", fmt.Errorf("invalid guid %q: want '-' at offset %d", s, i)
+				return "", fmt.Errorf("%w %q: want '-' at offset %d", ErrBadGUID, s, i)
 			}
 			continue
 		}
 		switch {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		case c >= 'A' && c <= 'F':
-			upper = true
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
 		default:
-			return "", fmt.Errorf("invalid guid %q: %q is not hexadecimal", s, c)
+			return "", fmt.Errorf("%w %q: %q is not hexadecimal", ErrBadGUID, s, c)
 		}
 	}
-	if !upper {
-		return GUID(s), nil
-	}
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'F' {
-			b[i] = c + ('a' - 'A')
-		}
-	}
-	return GUID(b), nil
+	return GUID(strings.ToLower(s)), nil
 }
 
 // MustGUID is ParseGUID for constants in tests and generators; it panics on a bad value.
@@ -104,7 +99,7 @@ func ParseTime(s string) (time.Time, error) {
 		// Some samples omit the zone; the service documents UTC.
 		t2, err2 := time.ParseInLocation("2006-01-02T15:04:05.999999999", s, time.UTC)
 		if err2 != nil {
-			return time.Time{}, fmt.Errorf("invalid timestamp %q: want ISO 8601 like 2022-09-12T16:24:09.4885133Z", s)
+			return time.Time{}, fmt.Errorf("%w %q: want ISO 8601 like 2022-09-12T16:24:09.4885133Z", ErrBadTime, s)
 		}
 		t = t2
 	}

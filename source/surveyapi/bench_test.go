@@ -52,53 +52,34 @@ func BenchmarkGetResponse(b *testing.B) {
 	})
 }
 
-// BenchmarkDecodeResponse measures the decode alone: the fast path
-// (fastjson.go, what GetResponse uses) against one encoding/json pass of
-// the envelope straight into the typed result.
+// BenchmarkDecodeResponse measures the decode alone: one encoding/json
+// pass of the envelope straight into the typed result (what GetResponse
+// does), on the body with spaces and compacted as the emulator sends it.
 func BenchmarkDecodeResponse(b *testing.B) {
 	body := responseJSON(testRID)
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, body); err != nil {
 		b.Fatal(err)
 	}
-	b.Run("fast_compact", func(b *testing.B) { // as the emulator sends it
-		b.SetBytes(int64(compact.Len()))
-		b.ReportAllocs()
-		for b.Loop() {
-			r, _, err := decodeFast(OpGetResponse, 200, "", compact.Bytes(), "application/json", fastResponse)
-			if err != nil || checkResponse(r, testRID) != nil {
-				b.Fatal(err)
+	for name, in := range map[string][]byte{"compact": compact.Bytes(), "spaces": body} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, _, err := decodeResult[survey.Response]("", in, "application/json", false)
+				if err != nil || checkResponse(r, testRID) != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("fast", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			r, _, err := decodeFast(OpGetResponse, 200, "", body, "application/json", fastResponse)
-			if err != nil || checkResponse(r, testRID) != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("encoding_json", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			r, _, err := decodeResult[survey.Response](OpGetResponse, 200, "", body, "application/json", false)
-			if err != nil || checkResponse(r, testRID) != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 }
 
 // BenchmarkDecodeStrategies compares ways to decode the envelope of a
 // detail, to justify the one used (docs/client.md "Decoding"):
 // a streaming json.Decoder on the body, a two-step decode (meta +
-// json.RawMessage, then the result), one json.Unmarshal of the envelope with
-// a typed result (used for the small results), and the fast path (used for
-// details and lists).
+// json.RawMessage, then the result), and one json.Unmarshal of the envelope
+// with a typed result (the one used).
 func BenchmarkDecodeStrategies(b *testing.B) {
 	body := responseJSON(testRID)
 	run := func(name string, f func() (*survey.Response, error)) {
@@ -134,12 +115,5 @@ func BenchmarkDecodeStrategies(b *testing.B) {
 		var env envelope[survey.Response]
 		err := json.Unmarshal(body, &env)
 		return env.Result, err
-	})
-	run("fast_path", func() (*survey.Response, error) {
-		r, _, ok := fastResponse(body)
-		if !ok {
-			return nil, ErrMalformed
-		}
-		return r, nil
 	})
 }

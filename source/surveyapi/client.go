@@ -2,6 +2,8 @@ package surveyapi
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +21,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/surveysync/surveysync/internal/permanent"
 )
 
 // Defaults applied by New to zero Options fields.
@@ -47,6 +51,8 @@ type Options struct {
 	RetryMax       time.Duration         // backoff ceiling
 	QuotaPause     time.Duration         // how long every call waits after a 402
 	HTTPClient     *http.Client          // optional; copied, redirects are refused. Leave its Timeout 0: it would cut downloads
+	MaxBody        int64                 // most bytes of one JSON body (detail, list page); 0 = DefaultMaxBody; bigger is refused, permanently
+	BodyBudget     int64                 // most bytes of JSON bodies held by all requests at once; 0 = DefaultBodyBudget
 	Logger         *slog.Logger          // optional; nil logs nothing
 	Registerer     prometheus.Registerer // optional; metrics are registered here
 
@@ -65,8 +71,9 @@ func (o Options) String() string {
 	if o.Token != "" {
 		tok = "***"
 	}
-	return fmt.Sprintf("surveyapi.Options{BaseURL:%q Token:%s UserAgent:%q MaxConcurrency:%d RateLimit:%g Timeout:%s MaxRetries:%d RetryInitial:%s RetryMax:%s QuotaPause:%s AuthProbeInterval:%s PingSurveyID:%d}",
-		o.BaseURL, tok, o.UserAgent, o.MaxConcurrency, o.RateLimit, o.Timeout, o.MaxRetries, o.RetryInitial, o.RetryMax, o.QuotaPause, o.AuthProbeInterval, o.PingSurveyID)
+	return fmt.Sprintf("surveyapi.Options{BaseURL:%q Token:%s UserAgent:%q MaxConcurrency:%d RateLimit:%g Timeout:%s MaxRetries:%d RetryInitial:%s RetryMax:%s QuotaPause:%s AuthProbeInterval:%s PingSurveyID:%d MaxBody:%d BodyBudget:%d}",
+		o.BaseURL, tok, o.UserAgent, o.MaxConcurrency, o.RateLimit, o.Timeout, o.MaxRetries, o.RetryInitial, o.RetryMax, o.QuotaPause, o.AuthProbeInterval, o.PingSurveyID,
+		o.MaxBody, o.BodyBudget)
 }
 
 // GoString masks the token for %#v too.
@@ -79,7 +86,6 @@ func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
 // and meant to be shared by every caller in the process: the limits, the
 // 429 gate, the 402 pause and the 401 stop are the client's, not a call's.
 type Client struct {
-	h1         *h1 // the GET path; nil: everything through net/http
 	base       string
 	token      string
 	header     http.Header
@@ -95,6 +101,7 @@ type Client struct {
 	retryInit  time.Duration
 	retryMax   time.Duration
 	pingSurvey int64
+	budget     *budget // bytes of JSON bodies held by requests in flight
 }
 
 // New checks o and builds a Client. Errors never quote the token.
@@ -125,6 +132,15 @@ func New(o Options) (*Client, error) {
 	if o.MaxConcurrency < 0 {
 		return nil, fmt.Errorf("surveyapi: max concurrency %d: must be >= 0", o.MaxConcurrency)
 	}
+	if o.MaxBody < 0 || o.BodyBudget < 0 {
+		return nil, fmt.Errorf("surveyapi: max body %d, body budget %d: must be >= 0", o.MaxBody, o.BodyBudget)
+	}
+	if o.MaxBody == 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.BodyBudget == 0 {
+		o.BodyBudget = DefaultBodyBudget
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -147,6 +163,10 @@ func New(o Options) (*Client, error) {
 	case o.MaxRetries < 0:
 		o.MaxRetries = 0
 	}
+	bg, err := newBudget(o.BodyBudget, o.MaxBody, o.MaxConcurrency)
+	if err != nil {
+		return nil, err
+	}
 	conc := newAdaptiveLimit(o.MaxConcurrency)
 	m, err := newMetrics(o.Registerer, conc.snapshot)
 	if err != nil {
@@ -162,6 +182,7 @@ func New(o Options) (*Client, error) {
 		retryInit:  o.RetryInitial,
 		retryMax:   o.RetryMax,
 		pingSurvey: o.PingSurveyID,
+		budget:     bg,
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -177,13 +198,18 @@ func New(o Options) (*Client, error) {
 		hc := *o.HTTPClient
 		c.hc = &hc
 	} else {
+		// DefaultTransport's settings (proxy from the environment, dial and
+		// TLS handshake timeouts, keep-alive, HTTP/2 over TLS, gzip asked
+		// for and inflated), with as many idle connections kept as
+		// requests may be in flight, so that none is closed and redialled
+		// between calls.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = 0
 		t.MaxIdleConnsPerHost = o.MaxConcurrency
-		t.MaxConnsPerHost = 0
+		t.MaxConnsPerHost = 0              // a download streams without a slot: it must not wait for a connection
+		t.MaxResponseHeaderBytes = 1 << 20 // a hostile header block costs at most 1 MiB
 		c.transport = t
 		c.hc = &http.Client{Transport: t}
-		c.h1 = newH1(u, c.header, o.MaxConcurrency, o.Timeout, t.Proxy)
 	}
 	// Never follow a redirect: it would carry X-API-TOKEN to wherever it points.
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -204,9 +230,6 @@ func New(o Options) (*Client, error) {
 func (c *Client) Close() {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
-	}
-	if c.h1 != nil {
-		c.h1.closeIdle()
 	}
 }
 
@@ -236,9 +259,9 @@ type request struct {
 	post   bool   // not idempotent: once sent, a timeout or reset is ErrUncertain and never retried
 	stream bool   // file download: return the open body on success
 	noWait bool   // fail rather than wait out a 402 pause (Ping)
-	// ownBody: a success body is read into a fresh buffer that the decoder
-	// keeps (its strings share it), instead of a pooled one.
-	ownBody bool
+	// subject names what is asked for ("survey 4574 response da45…") in
+	// the errors of bodies the client cannot use.
+	subject string
 }
 
 // decodeFunc decodes a success body; it returns the request id it found
@@ -255,7 +278,7 @@ type result struct {
 	status      int  // 0: no HTTP answer
 	requestID   string
 	contentType string
-	body        *bodyBuf       // success body, pooled
+	body        *heldBody      // success body, reserved in the budget until released
 	resp        *http.Response // stream success
 	sentAt      time.Time
 	duration    time.Duration
@@ -275,15 +298,19 @@ func (c *Client) do(ctx context.Context, rq *request, decode decodeFunc) (*http.
 
 		if res.err == nil && decode != nil {
 			reqID, derr := decode(res.status, res.requestID, res.body.Bytes(), res.contentType)
-			if !rq.ownBody {
-				putBuf(res.body)
-			}
+			res.body.release() // the decoded value holds no reference to the body
 			res.body = nil
 			res.requestID = c.redact(reqID)
 			if derr != nil {
-				res.outcome, res.err, res.retry = OutcomeMalformed, c.scrub(derr), false
+				reason := permanent.Reason(derr)
+				if reason == "" {
+					reason = "decode"
+				}
+				res.outcome, res.retry = OutcomeMalformed, false
+				res.err = c.scrub(malformed(rq.op, rq.subject, res.status, res.requestID, reason, derr.Error()))
 			}
 		}
+		res.body.release() // no decode func: the body was not needed
 		now := time.Now()
 		c.m.request(rq.op, res.outcome, res.duration, now)
 		c.afterAttempt(ctx, rq, probe, &res, now)
@@ -369,11 +396,6 @@ func (c *Client) admit(ctx context.Context, rq *request) (probe bool, err error)
 
 // attempt sends rq once and classifies the answer.
 func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
-	if c.h1 != nil && rq.method == http.MethodGet && !rq.stream {
-		if target, ok := c.h1.target(rq.url); ok {
-			return c.attemptH1(ctx, rq, target)
-		}
-	}
 	res.sentAt = time.Now()
 	actx, cancel := context.WithCancel(ctx)
 	var timedOut atomic.Bool
@@ -411,7 +433,7 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 	res.duration = time.Since(res.sentAt)
 	if err != nil {
 		stop()
-		c.classifyNoAnswer(ctx, rq, &res, err, timedOut.Load(), rq.post && wrote.Load())
+		c.classifyNoAnswer(ctx, rq, &res, c.scrubbed(err), timedOut.Load(), rq.post && wrote.Load())
 		return res
 	}
 	res.status = resp.StatusCode
@@ -427,45 +449,50 @@ func (c *Client) attempt(ctx context.Context, rq *request) (res result) {
 		return res
 	}
 
-	var buf *bodyBuf
-	if ok && rq.ownBody {
-		buf = &bodyBuf{}
+	// The body is read under the budget (an error body only for its
+	// message, cut at maxErrorBody); a success body announced longer than
+	// the limit is refused before a byte of it is read.
+	var buf *heldBody
+	var rerr error
+	// Waiting for the budget is the client's own queue, not the service
+	// being slow: the attempt's clock stops meanwhile (the caller's context
+	// still bounds the wait) and restarts with a full Timeout.
+	w := waiter{pause: timer.Stop, resume: func() { timer.Reset(c.timeout) }}
+	if ce := resp.Header.Get("Content-Encoding"); ok && ce != "" && !strings.EqualFold(ce, "identity") {
+		// The transport asked for gzip and inflated it (removing the
+		// header); anything else was not asked for and cannot be read.
+		rerr = fmt.Errorf("%w: Content-Encoding %q was not asked for", errBadEncoding, c.redact(ce))
+	} else if ok {
+		buf, rerr = c.budget.read(ctx, w, resp.Body, resp.ContentLength, c.budget.max, false)
 	} else {
-		buf = getBuf()
+		buf, rerr = c.budget.read(ctx, w, resp.Body, resp.ContentLength, maxErrorBody, true)
 	}
-	rerr := readBody(buf, resp.Body, resp.ContentLength, bodyLimit(resp.StatusCode))
 	resp.Body.Close()
 	stop()
 	res.duration = time.Since(res.sentAt)
-	c.answered(ctx, rq, &res, buf, rerr, timedOut.Load(), resp.Header.Get("Retry-After"), resp.Header.Get("Location"))
+	c.answered(ctx, rq, &res, buf, c.scrubbed(rerr), timedOut.Load(), resp.Header.Get("Retry-After"), resp.Header.Get("Location"))
 	return res
-}
-
-// bodyLimit is the most of a body read for status: an error body only for its message.
-func bodyLimit(status int) int {
-	if status >= 200 && status < 300 {
-		return maxJSONBody
-	}
-	return maxErrorBody
 }
 
 // answered classifies an answer whose status, content type and request id
 // are in res and whose body was read into buf (rerr: how that ended).
-func (c *Client) answered(ctx context.Context, rq *request, res *result, buf *bodyBuf, rerr error, timedOut bool, retryAfter, location string) {
+func (c *Client) answered(ctx context.Context, rq *request, res *result, buf *heldBody, rerr error, timedOut bool, retryAfter, location string) {
 	if res.status >= 200 && res.status < 300 {
 		switch {
 		case rerr == nil:
 			res.outcome, res.body = OutcomeOK, buf
 		case errors.Is(rerr, errBodyTooLarge):
-			putBuf(buf)
 			res.outcome = OutcomeMalformed
-			res.err = malformed(rq.op, res.status, res.requestID, "body larger than %d bytes", maxJSONBody)
+			res.err = malformed(rq.op, rq.subject, res.status, res.requestID, "too_large",
+				fmt.Sprintf("body larger than %d bytes refused", c.budget.max))
 		case errors.Is(rerr, errBadEncoding):
-			putBuf(buf)
 			res.outcome = OutcomeMalformed
-			res.err = malformed(rq.op, res.status, res.requestID, "%s", rerr.Error())
-		default: // the answer was cut short
-			putBuf(buf)
+			res.err = malformed(rq.op, rq.subject, res.status, res.requestID, "decode", rerr.Error())
+		case isGzipError(rerr):
+			res.outcome = OutcomeMalformed
+			res.err = malformed(rq.op, rq.subject, res.status, res.requestID, "decode",
+				"Content-Encoding gzip does not inflate: "+rerr.Error())
+		default: // the answer was cut short (or the attempt ended waiting for the budget)
 			c.classifyNoAnswer(ctx, rq, res, rerr, timedOut, rq.post)
 			res.err = c.annotate(res.err, fmt.Sprintf("HTTP %d answered, body cut short", res.status))
 		}
@@ -473,7 +500,7 @@ func (c *Client) answered(ctx context.Context, rq *request, res *result, buf *bo
 	}
 
 	reqID, msg := decodeError(buf.Bytes(), res.contentType)
-	putBuf(buf)
+	buf.release()
 	if reqID == "" {
 		reqID = res.requestID
 	}
@@ -507,26 +534,11 @@ func (c *Client) answered(ctx context.Context, rq *request, res *result, buf *bo
 	}
 }
 
-// attemptH1 is attempt for a GET through the client's own HTTP/1.1 path.
-func (c *Client) attemptH1(ctx context.Context, rq *request, target string) (res result) {
-	res.sentAt = time.Now()
-	var buf *bodyBuf
-	if rq.ownBody {
-		buf = &bodyBuf{}
-	} else {
-		buf = getBuf()
-	}
-	a, rerr, err := c.h1.get(ctx, target, c.timeout, buf)
-	rerr, err = c.scrubbed(rerr), c.scrubbed(err) // h1's errors may quote what the service sent
-	res.duration = time.Since(res.sentAt)
-	if err != nil {
-		putBuf(buf)
-		c.classifyNoAnswer(ctx, rq, &res, &url.Error{Op: "Get", URL: c.path(rq.url), Err: err}, false, false)
-		return res
-	}
-	res.status, res.contentType, res.requestID = a.status, a.contentType, c.redact(a.requestID)
-	c.answered(ctx, rq, &res, buf, rerr, false, a.retryAfter, a.location)
-	return res
+// isGzipError reports a body the transport could not inflate: asking again
+// is not expected to help.
+func isGzipError(err error) bool {
+	var ce flate.CorruptInputError
+	return errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &ce)
 }
 
 // send sends req. With the client's own transport it calls RoundTrip
@@ -747,7 +759,7 @@ func (c *Client) scrubbed(err error) error {
 	s := &scrubbedError{msg: c.redact(err.Error())}
 	var ne net.Error
 	s.timeout = errors.As(err, &ne) && ne.Timeout()
-	for _, k := range []error{errBodyTooLarge, errBadEncoding, errH1Stale, io.ErrUnexpectedEOF, io.EOF} {
+	for _, k := range []error{errBodyTooLarge, errBadEncoding, io.ErrUnexpectedEOF, io.EOF} {
 		if errors.Is(err, k) {
 			s.kind = k
 			break

@@ -10,7 +10,7 @@ import (
 )
 
 // CreateContact adds a contact to an email-campaign or CATI distribution
-// (spec §4.1). The service has no idempotency key and no duplicate
+// (docs/api.md §4.1). The service has no idempotency key and no duplicate
 // detection, so the call is never repeated once it may have reached the
 // service: a timeout or connection reset after the request was written
 // returns an error matching ErrUncertain. 429, 5xx answers and connections
@@ -23,14 +23,15 @@ func (c *Client) CreateContact(ctx context.Context, distributionID int64, ct sur
 	}
 	u := c.base + "/distributions/" + strconv.FormatInt(distributionID, 10) + "/contacts"
 	var out *survey.CreatedContact
-	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true},
-		func(status int, reqID string, b []byte, ctype string) (string, error) {
-			cc, id, err := decodeResult[survey.CreatedContact](op, status, reqID, b, ctype, false)
+	subject := "distribution " + strconv.FormatInt(distributionID, 10)
+	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true, subject: subject},
+		func(_ int, reqID string, b []byte, ctype string) (string, error) {
+			cc, id, err := decodeResult[survey.CreatedContact](reqID, b, ctype, false)
 			if err != nil {
 				return id, err
 			}
 			if err := checkCreated(cc); err != nil {
-				return id, malformed(op, status, id, "%v", err)
+				return id, err
 			}
 			out = cc
 			return id, nil
@@ -42,7 +43,7 @@ func (c *Client) CreateContact(ctx context.Context, distributionID int64, ct sur
 }
 
 // SendMessage sends, or schedules, a campaign message to every contact of
-// the distribution not yet sent to (spec §4.2). Retries follow
+// the distribution not yet sent to (docs/api.md §4.2). Retries follow
 // CreateContact's rules; the call itself is safe to repeat later (the
 // service only sends to contacts not yet sent to). An answer without a
 // result is accepted: the counts are then zero.
@@ -55,13 +56,14 @@ func (c *Client) SendMessage(ctx context.Context, distributionID, messageID int6
 	u := c.base + "/distributions/" + strconv.FormatInt(distributionID, 10) +
 		"/messages/" + strconv.FormatInt(messageID, 10) + "/send"
 	var out *survey.SendResult
-	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true},
-		func(status int, reqID string, b []byte, ctype string) (string, error) {
+	subject := "distribution " + strconv.FormatInt(distributionID, 10) + " message " + strconv.FormatInt(messageID, 10)
+	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true, subject: subject},
+		func(_ int, reqID string, b []byte, ctype string) (string, error) {
 			if len(b) == 0 { // 204 or an empty 200: nothing to report
 				out = &survey.SendResult{}
 				return reqID, nil
 			}
-			r, id, err := decodeResult[survey.SendResult](op, status, reqID, b, ctype, true)
+			r, id, err := decodeResult[survey.SendResult](reqID, b, ctype, true)
 			if err != nil {
 				return id, err
 			}

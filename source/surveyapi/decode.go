@@ -5,70 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
-
-const (
-	// maxJSONBody bounds a success body read into memory (a 1000-item list
-	// page is ~150 KB; a large response detail a few MB).
-	maxJSONBody = 64 << 20
-	// maxErrorBody bounds an error body: only the message is kept.
-	maxErrorBody = 64 << 10
-	// maxPooledBuffer: bigger buffers are dropped rather than kept in the pool.
-	maxPooledBuffer = 4 << 20
-)
-
-// bodyBuf is a pooled body buffer. A body is read whole into one (sized from
-// Content-Length when sent), decoded in one pass, and the buffer goes back:
-// nothing decoded points into it.
-type bodyBuf struct{ b []byte }
-
-func (b *bodyBuf) Bytes() []byte { return b.b }
-
-var bufPool = sync.Pool{New: func() any { return &bodyBuf{b: make([]byte, 0, 16<<10)} }}
-
-func getBuf() *bodyBuf { return bufPool.Get().(*bodyBuf) }
-
-func putBuf(b *bodyBuf) {
-	if b == nil || cap(b.b) > maxPooledBuffer {
-		return
-	}
-	b.b = b.b[:0]
-	bufPool.Put(b)
-}
-
-var errBodyTooLarge = errors.New("body too large")
-
-// readBody reads r into buf, at most limit bytes, growing buf once to
-// sizeHint when the length is known.
-func readBody(buf *bodyBuf, r io.Reader, sizeHint int64, limit int) error {
-	b := buf.b[:0]
-	if sizeHint > 0 && sizeHint < int64(limit) && int(sizeHint)+1 > cap(b) {
-		b = make([]byte, 0, int(sizeHint)+1) // +1: the Read that sees EOF needs no growth
-	}
-	defer func() { buf.b = b }()
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // grow (amortised doubling)
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if len(b) > limit {
-			return errBodyTooLarge
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
 
 // meta is the envelope's metadata in every spelling the service uses.
 type meta struct {
@@ -109,10 +51,12 @@ type errorEnvelope struct {
 	Errors  []errorItem     `json:"errors"`
 }
 
-// decodeResult decodes a success body into T. optional allows a missing or
-// null result (ops that may return nothing). The request id is returned
-// whenever the meta could be read, also with an error.
-func decodeResult[T any](op string, status int, headerReqID string, body []byte, contentType string, optional bool) (*T, string, error) {
+// decodeResult decodes a success body into T in one pass (envelope and
+// typed result, no json.RawMessage round trip). optional allows a missing
+// or null result (ops that may return nothing). The request id is returned
+// whenever the meta could be read, also with an error. Errors are marked
+// permanent with their reason (badBody); do turns them into ErrMalformed.
+func decodeResult[T any](headerReqID string, body []byte, contentType string, optional bool) (*T, string, error) {
 	var env envelope[T]
 	if err := json.Unmarshal(body, &env); err != nil {
 		reqID := headerReqID
@@ -125,9 +69,16 @@ func decodeResult[T any](op string, status int, headerReqID string, body []byte,
 		}
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) || !json.Valid(body) {
-			return nil, reqID, malformed(op, status, reqID, "body is not JSON (Content-Type %q): %s", contentType, snippet(body))
+			return nil, reqID, badBody("decode", "body is not JSON (Content-Type %q): %s", contentType, snippet(body))
 		}
-		return nil, reqID, malformed(op, status, reqID, "cannot decode result: %v", err)
+		reason := "decode"
+		switch {
+		case errors.Is(err, survey.ErrBadTime):
+			reason = "bad_date"
+		case errors.Is(err, survey.ErrBadGUID):
+			reason = "bad_guid"
+		}
+		return nil, reqID, badBody(reason, "cannot decode result: %v", err)
 	}
 	reqID := env.Meta.requestID()
 	if reqID == "" {
@@ -137,25 +88,14 @@ func decodeResult[T any](op string, status int, headerReqID string, body []byte,
 		if optional {
 			return new(T), reqID, nil
 		}
-		return nil, reqID, malformed(op, status, reqID, "the envelope has no result")
+		return nil, reqID, badBody("decode", "the envelope has no result")
 	}
 	return env.Result, reqID, nil
 }
 
-// decodeFast is decodeResult with a fast path (fastjson.go) tried first;
-// the fast path only accepts what encoding/json decodes identically.
-func decodeFast[T any](op string, status int, headerReqID string, body []byte, contentType string,
-	fast func([]byte) (*T, string, bool)) (*T, string, error) {
-	if v, reqID, ok := fast(body); ok {
-		if reqID == "" {
-			reqID = headerReqID
-		}
-		if v == nil {
-			return nil, reqID, malformed(op, status, reqID, "the envelope has no result")
-		}
-		return v, reqID, nil
-	}
-	return decodeResult[T](op, status, headerReqID, body, contentType, false)
+// badBody is a permanent error with reason about a body the client cannot use.
+func badBody(reason, format string, args ...any) error {
+	return permanent.New(reason, fmt.Errorf(format, args...))
 }
 
 // decodeError turns an error body into the request id and the service's
@@ -227,13 +167,13 @@ func snippet(b []byte) string {
 
 func checkResponse(r *survey.Response, want survey.GUID) error {
 	if r.ResponseID == "" {
-		return errors.New("response detail without response_id")
+		return badBody("decode", "response detail without response_id")
 	}
 	if want != "" && r.ResponseID != want {
-		return fmt.Errorf("response detail for %s, asked for %s", r.ResponseID, want)
+		return badBody("decode", "response detail for %s, asked for %s", r.ResponseID, want)
 	}
 	if r.ResponseStatus == "" {
-		return errors.New("response detail without response_status")
+		return badBody("decode", "response detail without response_status")
 	}
 	return nil
 }
@@ -241,18 +181,20 @@ func checkResponse(r *survey.Response, want survey.GUID) error {
 func checkList(l *survey.ResponseList) error {
 	for i, ref := range l.Data {
 		if ref.ResponseID == "" {
-			return fmt.Errorf("data[%d] without response_id", i)
+			return badBody("decode", "data[%d] without response_id", i)
 		}
 	}
-	if l.Data == nil && l.Total > 0 && (l.Page-1)*l.PerPage < l.Total {
-		return fmt.Errorf("no data although total is %d", l.Total)
+	// Only compared, never used to size anything: a hostile total or
+	// per_page (10^9, 10^18) costs nothing, and the arithmetic cannot overflow.
+	if l.Data == nil && l.Total > 0 && (l.Page <= 1 || l.PerPage <= 0 || l.Page-1 <= (l.Total-1)/l.PerPage) {
+		return badBody("decode", "no data although total is %d", l.Total)
 	}
 	return nil
 }
 
 func checkCreated(c *survey.CreatedContact) error {
 	if c.ID == 0 {
-		return errors.New("created contact without id")
+		return badBody("decode", "created contact without id")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-// Package surveyapi is the client of the survey service's v1 API (spec §4):
+// Package surveyapi is the client of the survey service's v1 API (docs/api.md §4):
 // create contact, send message, list responses, get a response, download an
 // uploaded file, and a cheap token check (Ping). One *Client is shared by
 // every caller of the process, because the limits it enforces are the
@@ -15,7 +15,7 @@
 //   - a 401 stop: calls fail fast with ErrUnauthorized; one probe per minute
 //     checks whether the token was fixed (Healthy, LastAuthError).
 //
-// Status policy (REFERENCE.md): 400/405 and other 4xx, 403, 404 are final
+// Status policy (docs/api.md §7): 400/405 and other 4xx, 403, 404 are final
 // (*APIError; 404 matches survey.ErrNotFound); 429, 5xx, timeouts and
 // connection failures are retried with exponential backoff and full jitter,
 // at most Options.MaxRetries times, honouring Retry-After. Create contact
@@ -25,11 +25,16 @@
 // ErrUncertain and nothing is retried. Context cancellation ends every wait
 // at once.
 //
-// Bodies are read into pooled buffers and decoded in one pass into the
-// survey package's types; every envelope spelling the service uses is
-// accepted (meta.requestId/request_id, http_status/status_code, result
-// missing where nothing is returned). Unusable bodies match ErrMalformed and
-// name the operation and request id.
+// Requests go through net/http (keep-alive, gzip, TLS, proxies from the
+// environment). JSON bodies are read under a byte budget shared by every
+// request in flight (Options.BodyBudget; one body at most Options.MaxBody,
+// 64 MiB) and decoded with encoding/json in one pass into the survey
+// package's types; every envelope spelling the service uses is accepted
+// (meta.requestId/request_id, http_status/status_code, result missing where
+// nothing is returned). Unusable bodies match ErrMalformed, are marked
+// permanent (internal/permanent, reasons "decode", "bad_date", "bad_guid",
+// "too_large") and name the operation, the survey and response asked for,
+// and the request id.
 //
 // The API token is sent as X-API-TOKEN and nowhere else: it never appears
 // in errors, logs or metrics (text from the service is scrubbed of it, and

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -112,9 +113,18 @@ func sentinelFor(status int) error {
 // create a duplicate, so treat it as final and report it). It is false for
 // nil, 401 and 402 (they recover by themselves: the client pauses), 429,
 // 5xx, network errors and context errors.
+//
+// Every error permanent.Is reports (the client marks each ErrMalformed
+// with a reason: "decode", "bad_date", "bad_guid", "too_large") is
+// permanent here too; the converse does not hold: a 404 or 403 is not
+// marked, since a caller must tell "removed" or "forbidden" from "the
+// service sent data the client cannot use".
 func IsPermanent(err error) bool {
 	if err == nil {
 		return false
+	}
+	if permanent.Is(err) {
+		return true
 	}
 	if errors.Is(err, ErrUncertain) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrInvalidArgument) {
 		return true
@@ -181,10 +191,16 @@ func (e *callError) Unwrap() []error {
 	return errs
 }
 
-func malformed(op string, status int, requestID, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
+// malformed is the error of an answer the client cannot use: it matches
+// ErrMalformed and is marked permanent (package internal/permanent) with
+// reason. subject names what was asked for (e.g. "survey 4574 response
+// da45…"), so that a reject record says which response was bad.
+func malformed(op, subject string, status int, requestID, reason, msg string) error {
+	if subject != "" {
+		msg = subject + ": " + msg
+	}
 	if status != 0 {
 		msg = fmt.Sprintf("HTTP %d: %s", status, msg)
 	}
-	return &callError{op: op, requestID: requestID, kind: ErrMalformed, msg: msg}
+	return permanent.New(reason, &callError{op: op, requestID: requestID, kind: ErrMalformed, msg: msg})
 }

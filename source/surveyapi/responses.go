@@ -11,7 +11,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
-// ListResponses reads one page of a survey's responses (spec §4.3). Zero
+// ListResponses reads one page of a survey's responses (docs/api.md §4.3). Zero
 // fields of q are not sent (the service's defaults apply: page 1, 50 per
 // page, status completed).
 func (c *Client) ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error) {
@@ -25,14 +25,15 @@ func (c *Client) ListResponses(ctx context.Context, surveyID int64, q survey.Lis
 		u += "?" + qs
 	}
 	var out *survey.ResponseList
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, ownBody: true},
-		func(status int, reqID string, body []byte, ct string) (string, error) {
-			l, id, err := decodeFast(op, status, reqID, body, ct, fastListOwned)
+	subject := "survey " + strconv.FormatInt(surveyID, 10) + " page " + strconv.Itoa(max(q.Page, 1))
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, subject: subject},
+		func(_ int, reqID string, body []byte, ct string) (string, error) {
+			l, id, err := decodeResult[survey.ResponseList](reqID, body, ct, false)
 			if err != nil {
 				return id, err
 			}
 			if err := checkList(l); err != nil {
-				return id, malformed(op, status, id, "%v", err)
+				return id, err
 			}
 			out = l
 			return id, nil
@@ -81,7 +82,7 @@ func listQuery(q survey.ListQuery) (string, error) {
 	return v.Encode(), nil
 }
 
-// GetResponse reads one response's detail (spec §4.4). A 404 matches
+// GetResponse reads one response's detail (docs/api.md §4.4). A 404 matches
 // survey.ErrNotFound: the response was removed. It implements
 // pipeline.Fetcher.
 func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID survey.GUID) (*survey.Response, error) {
@@ -92,14 +93,15 @@ func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID sur
 	}
 	u := c.base + "/surveys/" + strconv.FormatInt(surveyID, 10) + "/responses/" + string(rid)
 	var out *survey.Response
-	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u},
-		func(status int, reqID string, body []byte, ct string) (string, error) {
-			r, id, err := decodeFast(op, status, reqID, body, ct, fastResponseDetached)
+	subject := "survey " + strconv.FormatInt(surveyID, 10) + " response " + string(rid)
+	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, subject: subject},
+		func(_ int, reqID string, body []byte, ct string) (string, error) {
+			r, id, err := decodeResult[survey.Response](reqID, body, ct, false)
 			if err != nil {
 				return id, err
 			}
 			if err := checkResponse(r, rid); err != nil {
-				return id, malformed(op, status, id, "%v", err)
+				return id, err
 			}
 			out = r
 			return id, nil
