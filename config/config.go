@@ -47,6 +47,7 @@ type API struct {
 	Timeout        time.Duration `koanf:"timeout"`         // per request
 	MaxRetries     int           `koanf:"max_retries"`     // for 429, 5xx and network errors
 	QuotaPause     time.Duration `koanf:"quota_pause"`     // pause after a 402 (monthly quota used up)
+	MonthlyBudget  int64         `koanf:"monthly_budget"`  // API calls per month the poller plans to; 0 = unlimited
 }
 
 // Sync is how responses are polled and written.

@@ -100,6 +100,9 @@ func (c *Config) validateAPI(p *problems) {
 	positive(p, "api.timeout", a.Timeout)
 	intRange(p, "api.max_retries", a.MaxRetries, 0, 100)
 	positive(p, "api.quota_pause", a.QuotaPause)
+	if a.MonthlyBudget < 0 {
+		p.add("api.monthly_budget", "must be a number of API calls per month, or 0 for unlimited (got %d)", a.MonthlyBudget)
+	}
 	seen := map[int64]bool{}
 	for i, id := range c.Surveys {
 		if id <= 0 {

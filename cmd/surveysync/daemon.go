@@ -230,7 +230,14 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	if err != nil {
 		return err
 	}
+	var poller *poll.Poller // set before the pipeline runs
 	onResponse := func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
+		// The poller need not fetch again what is written, whoever sent it.
+		if r == nil {
+			poller.Observe(surveyID, responseID, survey.StatusDeleted)
+		} else {
+			poller.Observe(surveyID, responseID, r.ResponseStatus)
+		}
 		if r == nil {
 			if copier != nil {
 				copier.MarkDeleted(surveyID, responseID)
@@ -254,8 +261,12 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	}, client, st)
 
 	surveys := pollingSet(cfg, book)
-	poller := poll.New(poll.Options{
+	poller = poll.New(poll.Options{
 		Surveys:               surveys,
+		Ended:                 book.ended(),
+		Webhooks:              cfg.Webhooks.Enabled,
+		MonthlyBudget:         cfg.API.MonthlyBudget,
+		CallCount:             func() int64 { return client.Stats().Total },
 		Statuses:              cfg.Sync.Statuses,
 		PollInterval:          cfg.Sync.PollInterval,
 		Overlap:               cfg.Sync.Overlap,

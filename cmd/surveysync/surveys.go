@@ -49,6 +49,19 @@ func (b *surveyBook) active() []int64 {
 	return out
 }
 
+// ended lists the surveys that have ended (polled rarely).
+func (b *surveyBook) ended() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []int64
+	for id, s := range b.known {
+		if s.EndedAt != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 func (b *surveyBook) touch(id int64, change func(*pipeline.SurveyInfo)) pipeline.SurveyInfo {
 	now := b.now()
 	s, ok := b.known[id]

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"runtime/debug"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -45,6 +49,7 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	}
 	fmt.Fprintf(stdout, "sync state in %s\n\n", where)
 	printStates(stdout, states, statusOptions{now: time.Now(), settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval})
+	printBudget(ctx, stdout, cfg)
 	return exitOK
 }
 
@@ -71,7 +76,9 @@ func caughtUp(s pipeline.StreamState, settleLag time.Duration) bool {
 func lagText(s pipeline.StreamState, o statusOptions) string {
 	switch {
 	case caughtUp(s, o.settleLag):
-		if ago := o.now.Sub(s.LastRunAt); ago > 3*o.pollInterval+time.Minute {
+		// Idle and ended streams are polled far less often than
+		// poll_interval: say how old "synced" is.
+		if ago := o.now.Sub(s.LastRunAt); ago > o.pollInterval+time.Minute {
 			return fmt.Sprintf("synced (last run %s ago)", roundDuration(ago))
 		}
 		return "synced"
@@ -108,6 +115,76 @@ func progressText(s pipeline.StreamState) string {
 		out += " ETA " + eta.String()
 	}
 	return out
+}
+
+// printBudget shows the running daemon's API spend, read from its metrics
+// listener (the store does not hold it).
+func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
+	fmt.Fprintln(w)
+	budget := "unlimited"
+	if cfg.API.MonthlyBudget > 0 {
+		budget = strconv.FormatInt(cfg.API.MonthlyBudget, 10)
+	}
+	if cfg.Metrics.Listen == "" {
+		fmt.Fprintf(w, "API budget: %s calls/month; projection unknown (metrics.listen is off)\n", budget)
+		return
+	}
+	host, port, err := net.SplitHostPort(cfg.Metrics.Listen)
+	if err != nil {
+		return
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	addr := net.JoinHostPort(host, port)
+	m, err := scrape(ctx, "http://"+addr+"/metrics", "surveysync_api_calls_projected_monthly",
+		"surveysync_api_calls_month", "surveysync_poll_interval_stretch")
+	if err != nil {
+		fmt.Fprintf(w, "API budget: %s calls/month; projection unknown (no daemon answering on %s)\n", budget, addr)
+		return
+	}
+	fmt.Fprintf(w, "API calls (daemon on %s): %.0f this month by this process", addr, m["surveysync_api_calls_month"])
+	proj, ok := m["surveysync_api_calls_projected_monthly"]
+	switch {
+	case !ok || proj < 0:
+		fmt.Fprintf(w, "; projected per month: not measured yet; budget %s\n", budget)
+	case cfg.API.MonthlyBudget > 0:
+		fmt.Fprintf(w, "; projected %.0f/month at the current pace = %.0f%% of the budget %s; poll intervals stretched ×%.2g\n",
+			proj, 100*proj/float64(cfg.API.MonthlyBudget), budget, m["surveysync_poll_interval_stretch"])
+	default:
+		fmt.Fprintf(w, "; projected %.0f/month at the current pace; budget unlimited\n", proj)
+	}
+}
+
+// scrape reads the named unlabelled samples of a Prometheus text page.
+func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out, sc.Err()
 }
 
 func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {

@@ -10,6 +10,13 @@ type metrics struct {
 	reread       *prometheus.CounterVec
 	reconciled   *prometheus.CounterVec
 	watermark    *prometheus.GaugeVec
+	reconciles   *prometheus.CounterVec
+	skipped      *prometheus.CounterVec
+	hostile      *prometheus.CounterVec
+	interval     *prometheus.GaugeVec
+	projected    prometheus.Gauge
+	budget       prometheus.Gauge
+	stretch      prometheus.Gauge
 }
 
 // newMetrics registers the poller's metrics. The series of every stream
@@ -46,8 +53,44 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 			Name: "surveysync_poll_watermark_timestamp_seconds",
 			Help: "Unix time of a stream's watermark: every response up to it is written.",
 		}, []string{"survey_id", "stream"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_reconcile_passes_total",
+			Help: "Reconcile passes of a survey, by outcome (ok, error).",
+		}, []string{"outcome"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_held_skipped_total",
+			Help: "Listed responses not fetched because they are already written at the listed status, by stream.",
+		}, []string{"stream"}),
+		hostile: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_poll_list_anomalies_total",
+			Help: "List answers not believed, by kind (implausible_total, page_adds_nothing, page_cap, reconcile_too_big).",
+		}, []string{"kind"}),
+		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "surveysync_poll_interval_seconds",
+			Help: "The interval until a stream's next poll cycle: poll interval, idle backoff, webhook safety net or ended cadence, times the budget stretch.",
+		}, []string{"survey_id", "stream"}),
+		projected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "surveysync_api_calls_projected_monthly",
+			Help: "API calls per 30 days at the pace of the last budget window (every call of this process: lists, details, files, contacts); -1 until measured.",
+		}),
+		budget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "surveysync_api_monthly_budget",
+			Help: "api.monthly_budget: the monthly API calls the poller plans to (0 = unlimited).",
+		}),
+		stretch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "surveysync_poll_interval_stretch",
+			Help: "Factor every poll interval is stretched by to fit api.monthly_budget (1 = none).",
+		}),
+	}
+	m.projected.Set(-1)
+	m.reconciles.WithLabelValues("ok")
+	m.reconciles.WithLabelValues("error")
+	m.stretch.Set(1)
+	for _, k := range []string{"implausible_total", "page_adds_nothing", "page_cap", "reconcile_too_big"} {
+		m.hostile.WithLabelValues(k)
 	}
 	for _, st := range streams {
+		m.skipped.WithLabelValues(st)
 		m.cycles.WithLabelValues(st, "ok")
 		m.cycles.WithLabelValues(st, "error")
 		m.pages.WithLabelValues(st)
@@ -58,7 +101,8 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		m.reconciled.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.cycles, m.cycleSeconds, m.pages, m.listed, m.reread, m.reconciled, m.watermark)
+		reg.MustRegister(m.cycles, m.cycleSeconds, m.pages, m.listed, m.reread, m.reconciled, m.watermark,
+			m.reconciles, m.skipped, m.hostile, m.interval, m.projected, m.budget, m.stretch)
 	}
 	return m
 }

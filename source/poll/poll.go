@@ -1,5 +1,5 @@
 // Package poll reads every survey's responses from the list operation and
-// hands each one to the pipeline (docs/architecture.md).
+// hands each one to the pipeline (DESIGN §5).
 //
 // A survey has one stream per list status. The completed, disqualified and
 // quota-full streams read windows of date_completed from the stream's
@@ -17,6 +17,13 @@
 // reconcile pass every ReconcileInterval lists every id of a survey and
 // re-reads the ones the warehouse has but the lists no longer show (a
 // deletion) and the ones the lists show but the warehouse lacks.
+//
+// Every call counts against a monthly quota (docs/architecture.md,
+// "Freshness and cost"): each stream has its own schedule (poll interval
+// while the survey is active, backing off while idle, a safety net with
+// webhooks, rare once ended, stretched to fit a monthly budget), and a
+// bounded held set of responses known to be written keeps re-listed ones
+// from being fetched again.
 package poll
 
 import (
@@ -57,7 +64,7 @@ type Inventory interface {
 type Options struct {
 	Surveys         []int64
 	Statuses        []string      // streams to poll (completed, disqualified, quotafull, partial)
-	PollInterval    time.Duration // 30 s
+	PollInterval    time.Duration // 30 s: an active stream's interval
 	Overlap         time.Duration // 10 min
 	SettleLag       time.Duration // 5 s
 	PartialLookback time.Duration // 72 h
@@ -70,6 +77,45 @@ type Options struct {
 	BackfillFrom          time.Time     // 2000-01-01
 	PerPage               int           // 1000
 	MaxWindowResponses    int           // 20 000
+
+	// Scheduling (docs/architecture.md, "Freshness and cost"). A stream
+	// that found nothing new or changed for IdleAfter doubles its interval
+	// after every empty cycle, up to MaxIdleInterval; anything new brings it
+	// back to PollInterval.
+	IdleAfter       time.Duration // 20 × PollInterval
+	MaxIdleInterval time.Duration // 30 min
+	// Webhooks: response_received webhooks feed the pipeline, so polling is
+	// only the safety net: the completed stream every SafetyNetInterval,
+	// the others every twice that. Webhooks of known surveys do not wake
+	// the poll.
+	Webhooks          bool
+	SafetyNetInterval time.Duration // 30 min
+	// Ended surveys (and surveys after EndSurvey's final sync) are polled
+	// every EndedInterval, for late deletions and changes.
+	Ended         []int64
+	EndedInterval time.Duration // 6 h
+
+	// MonthlyBudget is the account's monthly API quota in calls (0 =
+	// unlimited): every interval is stretched so that the projected spend
+	// fits (budget.go). CallCount returns the API calls sent so far (the
+	// client's counter); without it there is no projection.
+	MonthlyBudget int64
+	CallCount     func() int64
+	BudgetWindow  time.Duration // 30 min: the rate is measured over this
+	BudgetTick    time.Duration // 1 min
+
+	// HeldMax bounds the memory of responses known to be written (held.go):
+	// 450 000 entries (two tables of 2^18 slots, about 9 MiB); negative
+	// disables it.
+	HeldMax int
+	// MaxWindowPages caps the pages of one pass over a window whatever its
+	// total says (4 × MaxWindowResponses / PerPage + 10); the cap per pass
+	// is also total/per_page + 10 % + 2.
+	MaxWindowPages int
+	// MaxReconcileResponses: a survey whose list reports more ids than this
+	// in one stream is not reconciled (its id set would not fit): 2 000 000.
+	MaxReconcileResponses int
+
 	// ProgressInterval is how often a long cycle (a backfill) saves its
 	// progress in the stream's state and the poller logs the overall
 	// progress. 10 s.
@@ -78,7 +124,11 @@ type Options struct {
 	// read at all (404, 403): such a survey fails its first pass (see
 	// FirstPassErrors) instead of holding it open. nil: none is.
 	Unreadable func(error) bool
-	Now        func() time.Time
+
+	Now func() time.Time
+	// After is the timer the scheduler sleeps on (time.After); the
+	// benchmark passes a compressed clock.
+	After      func(time.Duration) <-chan time.Time
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -92,6 +142,9 @@ func (o *Options) defaults() {
 	}
 	if o.Overlap <= 0 {
 		o.Overlap = 10 * time.Minute
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = 10 * time.Second
 	}
 	if o.SettleLag < 0 {
 		o.SettleLag = 0
@@ -114,18 +167,48 @@ func (o *Options) defaults() {
 	if o.MaxWindowResponses <= 0 {
 		o.MaxWindowResponses = 20_000
 	}
-	if o.ProgressInterval <= 0 {
-		o.ProgressInterval = 10 * time.Second
+	if o.IdleAfter <= 0 {
+		o.IdleAfter = 20 * o.PollInterval
+	}
+	if o.MaxIdleInterval <= 0 {
+		o.MaxIdleInterval = 30 * time.Minute
+	}
+	o.MaxIdleInterval = max(o.MaxIdleInterval, o.PollInterval)
+	if o.SafetyNetInterval <= 0 {
+		o.SafetyNetInterval = 30 * time.Minute
+	}
+	o.SafetyNetInterval = max(o.SafetyNetInterval, o.PollInterval)
+	if o.EndedInterval <= 0 {
+		o.EndedInterval = 6 * time.Hour
+	}
+	if o.BudgetWindow <= 0 {
+		o.BudgetWindow = 30 * time.Minute
+	}
+	if o.BudgetTick <= 0 {
+		o.BudgetTick = time.Minute
+	}
+	if o.HeldMax == 0 {
+		o.HeldMax = 450_000
+	}
+	if o.MaxWindowPages <= 0 {
+		o.MaxWindowPages = 4*o.MaxWindowResponses/o.PerPage + 10
+	}
+	if o.MaxReconcileResponses <= 0 {
+		o.MaxReconcileResponses = 2_000_000
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
-// Poller runs one loop per survey and stream.
+// Poller runs one loop per survey; each stream of a survey has its own
+// schedule.
 type Poller struct {
 	o      Options
 	lister Lister
@@ -133,11 +216,14 @@ type Poller struct {
 	states pipeline.StateStore
 	inv    Inventory
 	m      *metrics
+	held   *held
+	budget *budget // nil without Options.CallCount
 
 	mu      sync.Mutex
 	state   map[streamKey]pipeline.StreamState
 	rescan  map[streamKey]time.Time // last full rescan of a partial stream
 	surveys map[int64]*surveyRun
+	ended   map[int64]bool // surveys to start at the ended cadence
 	add     chan int64
 	wakeAll chan struct{}
 
@@ -147,13 +233,7 @@ type Poller struct {
 	firstDone    chan struct{}
 
 	progMu   sync.Mutex
-	inflight map[streamKey]*progress // cycles running now
-}
-
-// progress counts one cycle's responses: announced by its lists, written.
-type progress struct {
-	start        time.Time
-	listed, done atomic.Int64
+	inflight map[streamKey]*pass // cycles running now, for the progress log
 }
 
 type streamKey struct {
@@ -163,27 +243,40 @@ type streamKey struct {
 
 type surveyRun struct {
 	cancel context.CancelFunc
-	ending bool
+	ending bool // a final sync is due (EndSurvey)
+	ended  bool // polled every EndedInterval
 	wake   chan struct{}
 }
 
-// New returns a poller. inv may be nil (no reconcile pass).
+// New returns a poller. inv may be nil (no reconcile pass, and no held set
+// after a restart).
 func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inventory) *Poller {
 	o.defaults()
-	return &Poller{
+	p := &Poller{
 		o: o, lister: l, sub: s, states: states, inv: inv,
 		m:       newMetrics(o.Registerer, o.Statuses),
+		held:    newHeld(o.HeldMax),
 		state:   map[streamKey]pipeline.StreamState{},
 		rescan:  map[streamKey]time.Time{},
 		surveys: map[int64]*surveyRun{},
+		ended:   map[int64]bool{},
 		add:     make(chan int64, 64),
 		wakeAll: make(chan struct{}, 1),
 
 		firstPending: map[int64]bool{},
 		firstFailed:  map[int64]error{},
 		firstDone:    make(chan struct{}),
-		inflight:     map[streamKey]*progress{},
+		inflight:     map[streamKey]*pass{},
 	}
+	for _, id := range o.Ended {
+		p.ended[id] = true
+	}
+	if o.CallCount != nil {
+		p.budget = newBudget(o.MonthlyBudget, o.CallCount, o.Now, o.BudgetWindow, o.Logger, p.m)
+	} else {
+		p.m.budget.Set(float64(o.MonthlyBudget))
+	}
+	return p
 }
 
 // FirstPassDone is closed once every configured survey has finished one
@@ -221,8 +314,18 @@ func (p *Poller) markFirstPass(id int64, err error) {
 }
 
 // AddSurvey adds a survey to the polling set (a survey_launched webhook, or
-// a response of an unknown survey). Adding a known survey wakes it.
+// a response of an unknown survey). Adding a known survey wakes it, unless
+// webhooks feed the pipeline (Options.Webhooks): then a response_received
+// of a known survey needs no poll, its ref is already on its way. An ended
+// survey is polled at the normal cadence again.
 func (p *Poller) AddSurvey(id int64) {
+	p.mu.Lock()
+	r, ok := p.surveys[id]
+	if ok && !r.ended && p.o.Webhooks {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
 	select {
 	case p.add <- id:
 	default:
@@ -232,7 +335,8 @@ func (p *Poller) AddSurvey(id int64) {
 	}
 }
 
-// EndSurvey gives a survey one final full sync and then stops polling it.
+// EndSurvey gives a survey one final full sync (every stream and a
+// reconcile); afterwards it is polled every EndedInterval.
 func (p *Poller) EndSurvey(id int64) {
 	p.mu.Lock()
 	r, ok := p.surveys[id]
@@ -252,6 +356,24 @@ func (p *Poller) Wake() {
 	case p.wakeAll <- struct{}{}:
 	default:
 	}
+}
+
+// Observe tells the poller that a response is durably written at status
+// (the detail's response_status; "deleted" for a removed one), whoever
+// submitted it: the daemon calls it from the pipeline's OnResponse, so a
+// response that came by webhook is not fetched again when a list shows it.
+func (p *Poller) Observe(surveyID int64, id survey.GUID, status string) {
+	p.held.put(surveyID, id, status)
+}
+
+// Projection returns the projected API calls per month at the current pace
+// (-1 while unknown or without Options.CallCount) and the factor every poll
+// interval is stretched by to fit Options.MonthlyBudget.
+func (p *Poller) Projection() (projected, stretch float64) {
+	if p.budget == nil {
+		return -1, 1
+	}
+	return p.budget.projection()
 }
 
 // States returns a copy of the streams' checkpoints.
@@ -281,11 +403,16 @@ func (p *Poller) Run(ctx context.Context) error {
 	start := func(id int64) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if _, ok := p.surveys[id]; ok {
+		if r, ok := p.surveys[id]; ok {
+			r.ended = false
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
 			return
 		}
 		sctx, cancel := context.WithCancel(gctx)
-		r := &surveyRun{cancel: cancel, wake: make(chan struct{}, 1)}
+		r := &surveyRun{cancel: cancel, wake: make(chan struct{}, 1), ended: p.ended[id]}
 		p.surveys[id] = r
 		g.Go(func() error {
 			defer cancel()
@@ -306,6 +433,9 @@ func (p *Poller) Run(ctx context.Context) error {
 	p.firstMu.Unlock()
 	for _, id := range p.o.Surveys {
 		start(id)
+	}
+	if p.budget != nil {
+		g.Go(func() error { return p.budget.run(gctx, p.o.BudgetTick, p.o.After) })
 	}
 	g.Go(func() error { p.logProgress(gctx); return nil })
 	g.Go(func() error {
@@ -334,24 +464,117 @@ func (p *Poller) Run(ctx context.Context) error {
 	return err
 }
 
+// sched is one stream's schedule.
+type sched struct {
+	interval time.Duration // unstretched; doubles while the survey is idle
+	next     time.Time
+	ok       bool // one cycle succeeded
+	// the last cycle's outcome
+	t0, t1 time.Time
+	found  int
+	err    error
+}
+
+// cadence returns a stream's base interval and the longest it backs off to.
+func (p *Poller) cadence(stream string, ended bool) (base, longest time.Duration) {
+	switch {
+	case ended:
+		return p.o.EndedInterval, p.o.EndedInterval
+	case p.o.Webhooks:
+		s := p.o.SafetyNetInterval
+		if stream != pipeline.StreamCompleted {
+			s *= 2 // webhooks announce these too; the safety net can be coarser
+		}
+		return s, s
+	default:
+		return p.o.PollInterval, p.o.MaxIdleInterval
+	}
+}
+
+// stretched applies the budget's factor, up to a day.
+func (p *Poller) stretched(d time.Duration) time.Duration {
+	f := p.budget.factor()
+	if f <= 1 {
+		return d
+	}
+	return min(time.Duration(float64(d)*f), 24*time.Hour)
+}
+
+// reschedule sets a stream's next cycle after its cycle s.t0–s.t1. A survey
+// is active while any of its streams found a new or changed response in the
+// last IdleAfter (lastNew): its streams keep the base interval. Otherwise,
+// and after a failed cycle, the interval doubles up to the longest.
+func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool, lastNew time.Time) {
+	base, longest := p.cadence(stream, ended)
+	if s.err == nil && s.t0.Sub(lastNew) < p.o.IdleAfter {
+		s.interval = base
+	} else {
+		s.interval = min(2*max(s.interval, base/2), longest)
+	}
+	s.interval = max(s.interval, base)
+	s.next = s.t0.Add(p.stretched(s.interval))
+	if s.next.Before(s.t1) {
+		s.next = s.t1
+	}
+	p.m.interval.WithLabelValues(strconv.FormatInt(surveyID, 10), stream).Set(p.stretched(s.interval).Seconds())
+}
+
+// activate brings every stream of a survey that just found something back
+// to the base interval.
+func (p *Poller) activate(s *sched, stream string, ended bool, at time.Time) {
+	base, _ := p.cadence(stream, ended)
+	if s.interval > base {
+		s.interval = base
+		if next := at.Add(p.stretched(base)); next.Before(s.next) {
+			s.next = next
+		}
+	}
+}
+
 func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
-	var lastReconcile time.Time
+	if p.inv != nil && p.o.HeldMax > 0 {
+		// After a restart the overlap and the partial lookback are re-listed:
+		// what the warehouse holds need not be fetched again.
+		have, err := p.inv.CurrentResponses(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.o.Logger.Warn("read the warehouse's responses failed; the first cycle re-reads the overlap", "survey_id", id, "err", err)
+		}
+		for rid, st := range have {
+			p.held.put(id, rid, st)
+		}
+	}
+	var nextReconcile time.Time // zero: due at the first round
+	lastNew := p.o.Now()        // a survey starts active
+	scheds := make(map[string]*sched, len(p.o.Statuses))
+	for _, st := range p.o.Statuses {
+		scheds[st] = &sched{}
+	}
 	for {
-		ending := func() bool { p.mu.Lock(); defer p.mu.Unlock(); return r.ending }()
+		p.mu.Lock()
+		ending, ended := r.ending, r.ended
+		p.mu.Unlock()
+		now := p.o.Now()
 		g, gctx := errgroup.WithContext(ctx)
-		var failed atomic.Bool
-		var unreadable atomic.Pointer[error]
+		var ran []string
 		for _, stream := range p.o.Statuses {
+			s := scheds[stream]
+			if !ending && s.next.After(now) {
+				continue
+			}
+			ran = append(ran, stream)
 			g.Go(func() error {
-				err := p.cycle(gctx, id, stream)
-				if err != nil && gctx.Err() == nil {
-					failed.Store(true)
-					if p.o.Unreadable != nil && p.o.Unreadable(err) {
-						unreadable.CompareAndSwap(nil, &err)
-						return nil
+				s.t0 = p.o.Now()
+				s.found, s.err = p.cycle(gctx, id, stream)
+				s.t1 = p.o.Now()
+				if s.err != nil && gctx.Err() == nil {
+					if p.o.Unreadable != nil && p.o.Unreadable(s.err) {
+						return nil // reported once for the survey below
 					}
 					p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
-						"survey_id", id, "stream", stream, "err", err)
+						"survey_id", id, "stream", stream, "err", s.err)
 				}
 				return nil
 			})
@@ -360,37 +583,86 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if e := unreadable.Load(); e != nil {
-			p.o.Logger.Error("survey cannot be read: check its id in surveys and the token's rights; retried every poll interval",
-				"survey_id", id, "err", *e)
-			p.markFirstPass(id, *e)
-		} else if !failed.Load() {
+		found := 0
+		for _, stream := range ran {
+			s := scheds[stream]
+			found += s.found
+			s.ok = s.ok || s.err == nil
+		}
+		if found > 0 {
+			lastNew = now
+		}
+		schedEnded := ended && !ending
+		for _, stream := range ran {
+			p.reschedule(scheds[stream], id, stream, schedEnded, lastNew)
+		}
+		if found > 0 {
+			for stream, s := range scheds {
+				p.activate(s, stream, schedEnded, now)
+			}
+		}
+		allOK := true
+		var unreadable error
+		for _, s := range scheds {
+			allOK = allOK && s.ok
+			if unreadable == nil && s.err != nil && p.o.Unreadable != nil && p.o.Unreadable(s.err) {
+				unreadable = s.err
+			}
+		}
+		if unreadable != nil {
+			p.o.Logger.Error("survey cannot be read: check its id in surveys and the token's rights; retried at the stream's interval",
+				"survey_id", id, "err", unreadable)
+			p.markFirstPass(id, unreadable)
+		} else if allOK {
 			p.markFirstPass(id, nil)
 		}
-		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || p.o.Now().Sub(lastReconcile) >= p.o.ReconcileInterval) {
+		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || !p.o.Now().Before(nextReconcile)) {
+			every := p.stretched(p.o.ReconcileInterval)
 			if err := p.reconcile(ctx, id); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				p.o.Logger.Warn("reconcile failed; retried next interval", "survey_id", id, "err", err)
+				p.m.reconciles.WithLabelValues("error").Inc()
+				p.o.Logger.Warn("reconcile failed; retried later", "survey_id", id, "err", err)
+				every = min(every, p.o.MaxIdleInterval)
 			} else {
-				lastReconcile = p.o.Now()
+				p.m.reconciles.WithLabelValues("ok").Inc()
 			}
+			nextReconcile = p.o.Now().Add(every)
 		}
 		if ending {
-			p.o.Logger.Info("survey ended: final sync done, polling stops", "survey_id", id)
+			p.o.Logger.Info("survey ended: final sync done; polled every ended interval from now on", "survey_id", id,
+				"interval", p.o.EndedInterval)
 			p.mu.Lock()
-			delete(p.surveys, id)
+			r.ending, r.ended = false, true
 			p.mu.Unlock()
-			return nil
+			for stream, s := range scheds {
+				s.interval = p.o.EndedInterval
+				s.next = p.o.Now().Add(p.stretched(p.o.EndedInterval))
+				p.m.interval.WithLabelValues(strconv.FormatInt(id, 10), stream).Set(p.stretched(s.interval).Seconds())
+			}
 		}
-		t := time.NewTimer(p.o.PollInterval)
+		next := time.Time{}
+		for _, s := range scheds {
+			if next.IsZero() || s.next.Before(next) {
+				next = s.next
+			}
+		}
+		if p.inv != nil && p.o.ReconcileInterval > 0 && nextReconcile.Before(next) {
+			// Reconcile keeps its own interval, whatever the streams' backoff.
+			next = nextReconcile
+		}
+		wait := next.Sub(p.o.Now())
+		if wait <= 0 {
+			continue
+		}
 		select {
-		case <-t.C:
+		case <-p.o.After(wait):
 		case <-r.wake:
-			t.Stop()
+			for _, s := range scheds {
+				s.next = time.Time{}
+			}
 		case <-ctx.Done():
-			t.Stop()
 			return nil
 		}
 	}
@@ -478,8 +750,26 @@ func (t *tracker) snapshot() (mark time.Time, open int, err error) {
 	return t.mark, inflight, err
 }
 
-// cycle reads one stream of one survey from its watermark to now.
-func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error {
+// pass is one cycle of one stream.
+type pass struct {
+	survey int64
+	stream string
+	tr     *tracker
+	rescan bool         // a partial stream's full rescan: held partials are re-read
+	found  atomic.Int64 // responses new to us or changed
+	synced atomic.Int64
+
+	// progress: when the cycle started, responses its lists announced, and
+	// those done (written, or skipped as held).
+	start  time.Time
+	listed atomic.Int64
+	done   atomic.Int64
+}
+
+// cycle reads one stream of one survey from its watermark to now. It
+// returns how many responses were new or changed (not held at the listed
+// status).
+func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int, error) {
 	key := streamKey{surveyID, stream}
 	p.mu.Lock()
 	st, ok := p.state[key]
@@ -490,12 +780,14 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 	now := p.o.Now()
 	to := now.Add(-p.o.SettleLag).Truncate(time.Second)
 	from := p.o.BackfillFrom
+	rescan := false
 	if !st.Watermark.IsZero() {
 		back := p.o.Overlap
 		if stream == pipeline.StreamPartial {
 			p.mu.Lock()
 			if now.Sub(p.rescan[key]) >= p.o.PartialRescanInterval {
 				back = p.o.PartialLookback
+				rescan = true
 				p.rescan[key] = now
 			}
 			p.mu.Unlock()
@@ -505,16 +797,21 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 			from = p.o.BackfillFrom
 		}
 	}
+	if st.Watermark.IsZero() && stream == pipeline.StreamPartial {
+		p.mu.Lock()
+		p.rescan[key] = now // a backfill reads the whole lookback too
+		p.mu.Unlock()
+	}
 	if !to.After(from) {
-		return nil
+		return 0, nil
 	}
 	start := p.o.Now()
 	// After the backfill, most of what a cycle lists was written before:
 	// let the pipeline skip unchanged details.
-	tr := &tracker{mark: st.Watermark, done: make(chan struct{}, 1), skipUnchanged: !st.Watermark.IsZero()}
-	prog := &progress{start: start}
+	c := &pass{survey: surveyID, stream: stream, rescan: rescan, start: start,
+		tr: &tracker{mark: st.Watermark, done: make(chan struct{}, 1), skipUnchanged: !st.Watermark.IsZero()}}
 	p.progMu.Lock()
-	p.inflight[key] = prog
+	p.inflight[key] = c
 	p.progMu.Unlock()
 	defer func() {
 		p.progMu.Lock()
@@ -526,7 +823,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 	var stMu sync.Mutex
 	st.CycleStartedAt = start
 	saveLocked := func() {
-		st.CycleListed, st.CycleDone = prog.listed.Load(), prog.done.Load()
+		st.CycleListed, st.CycleDone = c.listed.Load(), c.done.Load()
 		p.save(ctx, key, st)
 	}
 	progCtx, stopProgress := context.WithCancel(ctx)
@@ -539,7 +836,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 		for {
 			select {
 			case <-t.C:
-				l, d := prog.listed.Load(), prog.done.Load()
+				l, d := c.listed.Load(), c.done.Load()
 				if l != lastL || d != lastD {
 					lastL, lastD = l, d
 					stMu.Lock()
@@ -552,17 +849,10 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 		}
 	}()
 	defer func() { stopProgress(); <-progStopped }()
-	var synced int64
-	var syncedMu sync.Mutex
-	err := p.split(ctx, surveyID, stream, from, to, tr, func() {
-		syncedMu.Lock()
-		synced++
-		syncedMu.Unlock()
-		prog.done.Add(1)
-	}, func(total int) { prog.listed.Add(int64(total)) })
+	err := p.split(ctx, c, from, to, nil)
 	// Wait for every submitted response to be acknowledged, saving progress.
 	for {
-		mark, inflight, werr := tr.snapshot()
+		mark, inflight, werr := c.tr.snapshot()
 		if mark.After(st.Watermark) {
 			stMu.Lock()
 			st.Watermark = mark
@@ -576,18 +866,18 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 			break
 		}
 		select {
-		case <-tr.done:
+		case <-c.tr.done:
 		case <-ctx.Done():
 		}
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return int(c.found.Load()), ctx.Err()
 	}
 	stopProgress()
 	<-progStopped
 	st.CycleStartedAt, st.CycleListed, st.CycleDone = time.Time{}, 0, 0
 	st.LastRunAt = start
-	st.Synced += synced
+	st.Synced += c.synced.Load()
 	st.LastError = ""
 	outcome := "ok"
 	if err != nil {
@@ -597,7 +887,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) error
 	p.m.cycles.WithLabelValues(stream, outcome).Inc()
 	p.m.cycleSeconds.WithLabelValues(stream).Observe(time.Since(start).Seconds())
 	p.save(ctx, key, st)
-	return err
+	return int(c.found.Load()), err
 }
 
 func (p *Poller) save(ctx context.Context, key streamKey, st pipeline.StreamState) {
@@ -626,75 +916,150 @@ func (p *Poller) query(stream string, from, to time.Time, page int) survey.ListQ
 	return q
 }
 
-// split pages [from, to) as one window, or as two halves when it holds more
-// than MaxWindowResponses.
-// announce, when not nil, is told the window's total (the progress of the
-// cycle); halves are not announced again.
-func (p *Poller) split(ctx context.Context, surveyID int64, stream string, from, to time.Time, tr *tracker, count func(), announce func(total int)) error {
-	first, err := p.lister.ListResponses(ctx, surveyID, p.query(stream, from, to, 1))
+func (p *Poller) list(ctx context.Context, c *pass, from, to time.Time, page int) (*survey.ResponseList, error) {
+	l, err := p.lister.ListResponses(ctx, c.survey, p.query(c.stream, from, to, page))
 	if err != nil {
-		return fmt.Errorf("list %s responses of survey %d from %s to %s: %w", stream, surveyID, survey.FormatTime(from), survey.FormatTime(to), err)
+		return nil, fmt.Errorf("list %s responses of survey %d from %s to %s page %d: %w",
+			c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), page, err)
 	}
-	if announce != nil {
-		announce(first.Total)
+	if l.Total < 0 {
+		l.Total = 0
+	}
+	return l, nil
+}
+
+// split pages [from, to) as one window, or as two halves when it holds more
+// than MaxWindowResponses. first is the window's first page when already
+// read. A total is only a claim: when the halves together claim much more
+// than the window did, the totals are not believed and the window is paged
+// whole, under the page cap (a total of 10^9 must not split a window into
+// 10^9 pieces).
+func (p *Poller) split(ctx context.Context, c *pass, from, to time.Time, first *survey.ResponseList) error {
+	if first == nil {
+		var err error
+		if first, err = p.list(ctx, c, from, to, 1); err != nil {
+			return err
+		}
+		// The cycle's whole window (halves come with their first page):
+		// what its progress counts towards.
+		c.listed.Add(int64(first.Total))
 	}
 	if first.Total > p.o.MaxWindowResponses && to.Sub(from) > 2*time.Second {
 		mid := from.Add(to.Sub(from) / 2).Truncate(time.Second)
-		if err := p.split(ctx, surveyID, stream, from, mid, tr, count, nil); err != nil {
+		left, err := p.list(ctx, c, from, mid, 1)
+		if err != nil {
 			return err
 		}
-		return p.split(ctx, surveyID, stream, mid, to, tr, count, nil)
+		right, err := p.list(ctx, c, mid, to, 1)
+		if err != nil {
+			return err
+		}
+		if left.Total+right.Total <= first.Total+first.Total/2+p.o.PerPage {
+			if err := p.split(ctx, c, from, mid, left); err != nil {
+				return err
+			}
+			return p.split(ctx, c, mid, to, right)
+		}
+		p.m.hostile.WithLabelValues("implausible_total").Inc()
+		p.o.Logger.Warn("list totals are implausible (the halves of a window claim more than the window); paging the window whole, under the page cap",
+			"survey_id", c.survey, "stream", c.stream, "total", first.Total, "left", left.Total, "right", right.Total)
 	}
-	return p.page(ctx, surveyID, stream, from, to, first, tr, count)
+	return p.page(ctx, c, from, to, first)
+}
+
+// maxPages is the page cap of one pass over a window claiming total.
+func (p *Poller) maxPages(total, absolute int) int {
+	n := total/p.o.PerPage + 1
+	return min(n+n/10+2, absolute)
 }
 
 // page submits every response of one window. If the window's total changes
 // while it is paged, items may have shifted between pages: it is paged again
-// (a response submitted twice is written idempotently).
-func (p *Poller) page(ctx context.Context, surveyID int64, stream string, from, to time.Time, first *survey.ResponseList, tr *tracker, count func()) error {
-	w := tr.open(from, to)
-	defer tr.sealed(w)
-	seen := make(map[survey.GUID]struct{}, first.Total)
+// (a response submitted twice is written idempotently). A pass stops at a
+// short page, at the page its total says is the last, or at a page that
+// adds no id new to the pass (a service repeating a page); a pass longer
+// than its cap fails the window.
+func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *survey.ResponseList) error {
+	w := c.tr.open(from, to)
+	defer c.tr.sealed(w)
+	// Never sized by the total: it is only the service's claim.
+	seen := make(map[survey.GUID]int8, min(first.Total, 4*p.o.PerPage))
 	cur := first
-	for attempt := 1; ; attempt++ {
+	for attempt := int8(1); ; attempt++ {
 		total := cur.Total
+		limit := p.maxPages(total, p.o.MaxWindowPages)
 		for page := 1; ; page++ {
 			if page > 1 {
 				var err error
-				cur, err = p.lister.ListResponses(ctx, surveyID, p.query(stream, from, to, page))
-				if err != nil {
-					p.failWindow(tr, w, err)
-					return fmt.Errorf("list %s responses of survey %d page %d: %w", stream, surveyID, page, err)
-				}
-			}
-			p.m.pages.WithLabelValues(stream).Inc()
-			for _, it := range cur.Data {
-				if _, dup := seen[it.ResponseID]; dup {
-					continue
-				}
-				seen[it.ResponseID] = struct{}{}
-				if err := p.submit(ctx, tr, w, surveyID, it.ResponseID, "poll", count); err != nil {
+				if cur, err = p.list(ctx, c, from, to, page); err != nil {
+					p.failWindow(c.tr, w, err)
 					return err
 				}
 			}
-			p.m.listed.WithLabelValues(stream).Add(float64(len(cur.Data)))
+			p.m.pages.WithLabelValues(c.stream).Inc()
+			added := 0
+			for _, it := range cur.Data {
+				prev, dup := seen[it.ResponseID]
+				if prev == attempt {
+					continue
+				}
+				seen[it.ResponseID] = attempt
+				added++
+				if dup {
+					continue // submitted in an earlier pass
+				}
+				if err := p.consider(ctx, c, w, it.ResponseID); err != nil {
+					return err
+				}
+			}
+			p.m.listed.WithLabelValues(c.stream).Add(float64(len(cur.Data)))
 			if len(cur.Data) < p.o.PerPage || page*p.o.PerPage >= cur.Total {
 				break
+			}
+			if added == 0 {
+				p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
+				p.o.Logger.Warn("a list page repeated ids already read in this pass; paging stops", "survey_id", c.survey,
+					"stream", c.stream, "page", page, "total", cur.Total)
+				break
+			}
+			if page >= limit {
+				p.m.hostile.WithLabelValues("page_cap").Inc()
+				err := fmt.Errorf("list %s responses of survey %d from %s to %s: still more pages after %d (total claims %d): page cap reached",
+					c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), page, cur.Total)
+				p.failWindow(c.tr, w, err)
+				return err
 			}
 		}
 		if cur.Total == total || attempt >= 3 {
 			return nil
 		}
-		p.m.reread.WithLabelValues(stream).Inc()
-		p.o.Logger.Info("window changed while paged; paging it again", "survey_id", surveyID, "stream", stream,
+		p.m.reread.WithLabelValues(c.stream).Inc()
+		p.o.Logger.Info("window changed while paged; paging it again", "survey_id", c.survey, "stream", c.stream,
 			"total_before", total, "total_after", cur.Total)
 		var err error
-		cur, err = p.lister.ListResponses(ctx, surveyID, p.query(stream, from, to, 1))
-		if err != nil {
-			p.failWindow(tr, w, err)
+		if cur, err = p.list(ctx, c, from, to, 1); err != nil {
+			p.failWindow(c.tr, w, err)
 			return err
 		}
 	}
+}
+
+// consider submits a listed response unless it is held at the listed
+// status: a completed, disqualified or quota-full response cannot change
+// but by deletion (which reconcile finds), and a partial one is re-read
+// only by the partial stream's rescans.
+func (p *Poller) consider(ctx context.Context, c *pass, w *window, id survey.GUID) error {
+	h := p.held.get(c.survey, id)
+	same := sameStatus(c.stream, h)
+	if same && !(c.rescan && h == hsPartial) {
+		p.m.skipped.WithLabelValues(c.stream).Inc()
+		c.done.Add(1)
+		return nil
+	}
+	if !same {
+		c.found.Add(1)
+	}
+	return p.submit(ctx, c.tr, w, c.survey, id, "poll", c.stream, func() { c.synced.Add(1); c.done.Add(1) })
 }
 
 func (p *Poller) failWindow(tr *tracker, w *window, err error) {
@@ -705,7 +1070,9 @@ func (p *Poller) failWindow(tr *tracker, w *window, err error) {
 	tr.mu.Unlock()
 }
 
-func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID int64, id survey.GUID, source string, count func()) error {
+// submit hands a ref to the pipeline; once it is written, the response is
+// held at status (when not empty).
+func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID int64, id survey.GUID, source, status string, count func()) error {
 	tr.mu.Lock()
 	w.pending++
 	tr.mu.Unlock()
@@ -714,6 +1081,9 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 		Done: func(err error) {
 			if err == nil {
 				count()
+				if status != "" {
+					p.held.put(surveyID, id, status)
+				}
 			}
 			tr.ack(w, err)
 		},
@@ -729,7 +1099,8 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 // responses the two sides disagree on: in the warehouse but in no list (a
 // deletion), in a list but not in the warehouse (missed), or listed under
 // another status than the warehouse shows (a change the windows missed, such
-// as a late completion dated before the watermark's overlap).
+// as a late completion dated before the watermark's overlap). A quota-full
+// response, listed as quotafull but detailed as disqualified, is no change.
 func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	start := p.o.Now()
 	have, err := p.inv.CurrentResponses(ctx, surveyID)
@@ -738,28 +1109,52 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	}
 	listed := make(map[survey.GUID]struct{}, len(have))
 	var missing, changed []survey.GUID
+	var missingSt, changedSt []string
+	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
 	for _, stream := range p.o.Statuses {
+		limit := absolute
 		for page := 1; ; page++ {
 			q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
 			l, err := p.lister.ListResponses(ctx, surveyID, q)
 			if err != nil {
 				return fmt.Errorf("reconcile survey %d: list %s page %d: %w", surveyID, stream, page, err)
 			}
+			if page == 1 {
+				if l.Total > p.o.MaxReconcileResponses {
+					p.m.hostile.WithLabelValues("reconcile_too_big").Inc()
+					return fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled",
+						surveyID, stream, l.Total, p.o.MaxReconcileResponses)
+				}
+				limit = p.maxPages(max(l.Total, 0), absolute)
+			}
+			added := 0
 			for _, it := range l.Data {
 				if _, dup := listed[it.ResponseID]; dup {
 					continue
 				}
+				added++
 				listed[it.ResponseID] = struct{}{}
 				status, ok := have[it.ResponseID]
 				switch {
 				case !ok:
 					missing = append(missing, it.ResponseID)
-				case status != stream:
+					missingSt = append(missingSt, stream)
+				case !sameStatus(stream, statusCode(status)):
 					changed = append(changed, it.ResponseID)
+					changedSt = append(changedSt, stream)
 				}
 			}
 			if len(l.Data) < p.o.PerPage || page*p.o.PerPage >= l.Total {
 				break
+			}
+			if added == 0 {
+				p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
+				break
+			}
+			if page >= limit || len(listed) > p.o.MaxReconcileResponses+len(have) {
+				p.m.hostile.WithLabelValues("page_cap").Inc()
+				return fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached",
+					surveyID, stream, page, l.Total)
 			}
 		}
 	}
@@ -772,8 +1167,10 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	tr := &tracker{done: make(chan struct{}, 1)}
 	w := tr.open(start, start)
 	noop := func() {}
-	for _, id := range slices.Concat(vanished, missing, changed) {
-		if err := p.submit(ctx, tr, w, surveyID, id, "reconcile", noop); err != nil {
+	ids := slices.Concat(vanished, missing, changed)
+	sts := slices.Concat(make([]string, len(vanished)), missingSt, changedSt)
+	for i, id := range ids {
+		if err := p.submit(ctx, tr, w, surveyID, id, "reconcile", sts[i], noop); err != nil {
 			tr.sealed(w)
 			return err
 		}
@@ -807,11 +1204,9 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 // longer than that (a backfill), how far they are: responses written of
 // those listed, the rate, and an estimate of the time left.
 func (p *Poller) logProgress(ctx context.Context) {
-	t := time.NewTicker(p.o.ProgressInterval)
-	defer t.Stop()
 	for {
 		select {
-		case <-t.C:
+		case <-p.o.After(p.o.ProgressInterval):
 		case <-ctx.Done():
 			return
 		}

@@ -134,7 +134,7 @@ func TestCycleSubmitsEveryResponseAndMovesWatermark(t *testing.T) {
 	sub := &fakeSub{}
 	st := &memStates{}
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, MaxWindowResponses: 700, Now: func() time.Time { return now }}, api, sub, st, nil)
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	if len(sub.got) != 5000 {
@@ -150,7 +150,7 @@ func TestCycleSubmitsEveryResponseAndMovesWatermark(t *testing.T) {
 	// The next cycle re-reads only the overlap.
 	sub.got = nil
 	now = now.Add(time.Minute)
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	if len(sub.got) != 0 {
@@ -171,7 +171,7 @@ func TestFailedResponseHoldsWatermark(t *testing.T) {
 	}}
 	st := &memStates{}
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 50, MaxWindowResponses: 100, Now: func() time.Time { return now }}, api, sub, st, nil)
-	if err := p.cycle(context.Background(), 1, "completed"); err == nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err == nil {
 		t.Fatal("cycle with a failed response returned nil")
 	}
 	s := st.m[streamKey{1, "completed"}]
@@ -184,7 +184,7 @@ func TestFailedResponseHoldsWatermark(t *testing.T) {
 	// Fixed: the next cycle reads it again and the watermark catches up.
 	sub.fail = nil
 	sub.got = nil
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	if sub.got[bad] == 0 {
@@ -210,7 +210,7 @@ func TestWindowRepagedWhenTotalChanges(t *testing.T) {
 	}
 	sub := &fakeSub{}
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
-	if err := p.cycle(context.Background(), 1, "completed"); err != nil {
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range resps[1:] {
@@ -331,7 +331,7 @@ func TestLongCycleSavesProgress(t *testing.T) {
 	p := New(Options{Statuses: []string{"completed"}, PerPage: 10, ProgressInterval: 10 * time.Millisecond,
 		Now: func() time.Time { return now }}, api, sub, st, nil)
 	done := make(chan error)
-	go func() { done <- p.cycle(context.Background(), 1, "completed") }()
+	go func() { _, err := p.cycle(context.Background(), 1, "completed"); done <- err }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st.mu.Lock()

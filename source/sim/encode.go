@@ -17,6 +17,7 @@ import (
 type encOpts struct {
 	upper     bool // GUIDs in upper case (fault uppercase_guid)
 	noTitle   bool // drop every question title (fault no_title)
+	qfAsDisq  bool // quotafull detailed as disqualified (fault quotafull_as_disqualified)
 	strValues bool // values of scale questions as JSON strings ("7")
 	variant   int  // meta spelling: 0 request_id/http_status, 1 requestId/http_status, 2 request_id/status_code, 3 requestId/status_code
 }
@@ -113,7 +114,11 @@ func appendResponse(b []byte, r *survey.Response, o encOpts) []byte {
 		b = strconv.AppendInt(b, int64(*r.TotalTime), 10)
 	}
 	b = append(b, `,"response_status":`...)
-	b = appendJSONString(b, r.ResponseStatus)
+	if o.qfAsDisq && r.ResponseStatus == survey.StatusQuotaFull {
+		b = appendJSONString(b, survey.StatusDisqualified)
+	} else {
+		b = appendJSONString(b, r.ResponseStatus)
+	}
 	b = append(b, `,"url_parameters":[`...)
 	for k, p := range r.URLParameters {
 		if k > 0 {

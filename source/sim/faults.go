@@ -32,6 +32,10 @@ const (
 	FaultUppercaseGUID   = "uppercase_guid"
 	FaultNoTitle         = "no_title"
 	FaultShift           = "shift" // list_responses: insert a fresh response before the current page
+	// FaultQuotaFullAsDisqualified: get_response details a quota-full
+	// response as "disqualified", as the real service does (its list
+	// filter still says quotafull).
+	FaultQuotaFullAsDisqualified = "quotafull_as_disqualified"
 )
 
 // Fault is an injected misbehaviour of one operation (Op, or "*" for all).
@@ -118,7 +122,7 @@ func (f Fault) validate() error {
 	}
 	if f.statusCode() == 0 {
 		switch f.Kind {
-		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift:
+		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultQuotaFullAsDisqualified:
 		default:
 			return fmt.Errorf("sim: fault kind %q unknown", f.Kind)
 		}
@@ -194,6 +198,7 @@ type effects struct {
 	upper         bool
 	noTitle       bool
 	shift         bool
+	qfAsDisq      bool
 }
 
 func (fs *faultSet) decide(op string) effects {
@@ -243,6 +248,8 @@ func (fs *faultSet) decide(op string) effects {
 			e.noTitle = true
 		case FaultShift:
 			e.shift = true
+		case FaultQuotaFullAsDisqualified:
+			e.qfAsDisq = true
 		default:
 			e.status = code
 		}

@@ -330,3 +330,38 @@ func TestHundredMegabyteFileStreamsWithFlatMemory(t *testing.T) {
 		t.Fatalf("serving a 100 MB file allocated %d MB", alloc>>20)
 	}
 }
+
+func TestQuotaFullAsDisqualifiedFault(t *testing.T) {
+	e := newEnv(t, nil)
+	var qf survey.GUID
+	for r := range e.sim.Responses(4574) {
+		if r.ResponseStatus == survey.StatusQuotaFull {
+			qf = r.ResponseID
+			break
+		}
+	}
+	if qf == "" {
+		t.Skip("no quota-full response generated")
+	}
+	var r survey.Response
+	e.envelope(e.get("/v1/surveys/4574/responses/"+string(qf)), 200, &r)
+	if r.ResponseStatus != survey.StatusQuotaFull {
+		t.Fatalf("without the fault: %q", r.ResponseStatus)
+	}
+	if err := e.sim.InjectFault(Fault{Op: OpGetResponse, Kind: FaultQuotaFullAsDisqualified}); err != nil {
+		t.Fatal(err)
+	}
+	e.envelope(e.get("/v1/surveys/4574/responses/"+string(qf)), 200, &r)
+	if r.ResponseStatus != survey.StatusDisqualified {
+		t.Fatalf("with the fault: %q, want disqualified", r.ResponseStatus)
+	}
+	var list survey.ResponseList
+	e.envelope(e.get("/v1/surveys/4574/responses?status=quotafull&per_page=1000"), 200, &list)
+	found := false
+	for _, it := range list.Data {
+		found = found || it.ResponseID == qf
+	}
+	if !found {
+		t.Fatal("the list no longer finds it under quotafull")
+	}
+}

@@ -1,0 +1,426 @@
+package poll
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/source/surveyapi"
+)
+
+// Overlap re-reads of responses written at the same status fetch nothing:
+// one detail per new response.
+func TestOverlapRereadsSkipHeldResponses(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	api := &fakeAPI{resps: gen(5, now.Add(-5*time.Minute), survey.StatusCompleted)} // all inside the overlap
+	sub := &fakeSub{}
+	p := New(Options{Statuses: []string{"completed"}, SettleLag: -1, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	found, err := p.cycle(context.Background(), 1, "completed")
+	if err != nil || found != 5 {
+		t.Fatalf("first cycle: found %d, %v; want 5", found, err)
+	}
+	waitAcked(t, p, 1, api.resps)
+	api.mu.Lock()
+	api.resps = append(api.resps, fakeResp{id: "00000000-0000-4000-8000-00000000abcd", status: "completed",
+		created: now.Add(-time.Minute), completed: now.Add(30 * time.Second)})
+	api.mu.Unlock()
+	now = now.Add(time.Minute)
+	found, err = p.cycle(context.Background(), 1, "completed")
+	if err != nil || found != 1 {
+		t.Fatalf("second cycle: found %d, %v; want the 1 new", found, err)
+	}
+	for _, r := range api.resps {
+		if sub.got[r.id] != 1 {
+			t.Fatalf("response %s submitted %d times, want once", r.id, sub.got[r.id])
+		}
+	}
+}
+
+func waitAcked(t *testing.T, p *Poller, surveyID int64, rs []fakeResp) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, r := range rs {
+		for p.held.get(surveyID, r.id) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("response %s never acknowledged", r.id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// The service lists a quota-full response as quotafull and details it as
+// disqualified: neither a poll cycle nor reconcile treats that as a change.
+func TestQuotaFullQuirkIsNotAChange(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(4, now.Add(-3*time.Minute), survey.StatusQuotaFull)
+	api := &fakeAPI{resps: resps}
+	have := inv{}
+	for _, r := range resps {
+		have[r.id] = survey.StatusDisqualified // what the detail said, and the warehouse holds
+	}
+	sub := &fakeSub{}
+	p := New(Options{Statuses: []string{"quotafull"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, have)
+	if err := p.reconcile(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.got) != 0 {
+		t.Fatalf("reconcile re-read %v; a quota-full response detailed as disqualified is unchanged", sub.got)
+	}
+	// A webhook wrote them (Observe from the pipeline): the poll skips them.
+	p2 := New(Options{Statuses: []string{"quotafull"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	for _, r := range resps {
+		p2.Observe(1, r.id, survey.StatusDisqualified)
+	}
+	if found, err := p2.cycle(context.Background(), 1, "quotafull"); err != nil || found != 0 || len(sub.got) != 0 {
+		t.Fatalf("cycle found %d (%v), submitted %v; want nothing", found, err, sub.got)
+	}
+	// A real change is still one: a response held as partial listed as completed.
+	api.resps = append(api.resps, fakeResp{id: "00000000-0000-4000-8000-00000000beef", status: "completed", completed: now.Add(-time.Minute)})
+	p3 := New(Options{Statuses: []string{"completed"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	p3.Observe(1, "00000000-0000-4000-8000-00000000beef", survey.StatusPartial)
+	if found, err := p3.cycle(context.Background(), 1, "completed"); err != nil || found != 1 {
+		t.Fatalf("partial → completed: found %d (%v), want 1", found, err)
+	}
+}
+
+// A partial rescan re-reads held partial responses (they can still
+// change); ordinary partial cycles do not.
+func TestPartialRescanRereadsOnlyPartials(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(3, now.Add(-5*time.Hour), survey.StatusPartial)
+	api := &fakeAPI{resps: resps}
+	sub := &fakeSub{}
+	p := New(Options{Statuses: []string{"partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	if _, err := p.cycle(context.Background(), 1, "partial"); err != nil { // backfill
+		t.Fatal(err)
+	}
+	waitAcked(t, p, 1, resps)
+	now = now.Add(time.Minute)
+	if _, err := p.cycle(context.Background(), 1, "partial"); err != nil { // the lookback was read a minute ago: overlap only
+		t.Fatal(err)
+	}
+	for _, r := range resps {
+		if sub.got[r.id] != 1 {
+			t.Fatalf("ordinary partial cycle: %s submitted %d times, want once", r.id, sub.got[r.id])
+		}
+	}
+	now = now.Add(11 * time.Minute)
+	if found, err := p.cycle(context.Background(), 1, "partial"); err != nil || found != 0 { // a rescan
+		t.Fatalf("rescan: found %d (%v); re-reads of held partials are not new", found, err)
+	}
+	for _, r := range resps {
+		if sub.got[r.id] != 2 {
+			t.Fatalf("rescan: %s submitted %d times, want twice", r.id, sub.got[r.id])
+		}
+	}
+}
+
+func TestScheduleBacksOffWhenIdleAndResetsOnNew(t *testing.T) {
+	p := New(Options{PollInterval: 30 * time.Second}, nil, nil, nil, nil)
+	t0 := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	s := &sched{}
+	run := func(p *Poller, stream string, at time.Time, lastNew time.Time, ended bool) {
+		s.t0, s.t1 = at, at
+		p.reschedule(s, 1, stream, ended, lastNew)
+	}
+	run(p, "completed", t0, t0, false)
+	if s.interval != 30*time.Second {
+		t.Fatalf("active: %v", s.interval)
+	}
+	// Idle for less than IdleAfter (10 min): stays at the poll interval.
+	run(p, "completed", t0.Add(5*time.Minute), t0, false)
+	if s.interval != 30*time.Second {
+		t.Fatalf("briefly idle: %v", s.interval)
+	}
+	at := t0.Add(10 * time.Minute)
+	var got []time.Duration
+	for range 8 {
+		run(p, "completed", at, t0, false)
+		got = append(got, s.interval)
+		at = s.next
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("idle backoff %v, want %v", got, want)
+	}
+	// Another stream of the survey found something: this one comes back.
+	s.next = at.Add(30 * time.Minute)
+	p.activate(s, "completed", false, at)
+	if s.interval != 30*time.Second || !s.next.Equal(at.Add(30*time.Second)) {
+		t.Fatalf("after a new response: %v next %v", s.interval, s.next)
+	}
+	// Webhooks: the safety net, coarser for the other streams; ended: rare.
+	pw := New(Options{Webhooks: true}, nil, nil, nil, nil)
+	run(pw, "completed", at, at, false)
+	if s.interval != 30*time.Minute {
+		t.Fatalf("webhooks, completed: %v", s.interval)
+	}
+	run(pw, "partial", at, at, false)
+	if s.interval != time.Hour {
+		t.Fatalf("webhooks, partial: %v", s.interval)
+	}
+	run(p, "completed", at, at, true)
+	if s.interval != 6*time.Hour {
+		t.Fatalf("ended: %v", s.interval)
+	}
+}
+
+// The budget stretches intervals when the projected monthly calls exceed
+// it, warns, and exports the projection.
+func TestBudgetStretchesAndWarns(t *testing.T) {
+	t0 := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	now := t0
+	var calls atomic.Int64
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	p := New(Options{MonthlyBudget: 100_000, CallCount: calls.Load, Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg}, nil, nil, nil, nil)
+	// 54,700 calls a day: about 1.64 M a month, 16× the budget.
+	perMinute := int64(54_700 / (24 * 60))
+	for range 31 {
+		p.budget.tick()
+		now = now.Add(time.Minute)
+		calls.Add(perMinute)
+	}
+	proj, stretch := p.Projection()
+	if proj < 1.5e6 || proj > 1.8e6 {
+		t.Fatalf("projected %v, want about 1.64 M", proj)
+	}
+	if stretch != 4 {
+		t.Fatalf("stretch %v after one window, want the ×4 step", stretch)
+	}
+	if got := testutil.ToFloat64(p.m.projected); got != proj {
+		t.Fatalf("gauge %v, want %v", got, proj)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "monthly_budget=100000") {
+		t.Fatalf("no warning logged:\n%s", logs.String())
+	}
+	if got := p.stretched(30 * time.Second); got != 2*time.Minute {
+		t.Fatalf("stretched 30s = %v", got)
+	}
+	// The pace drops under the budget: the stretch comes back down, not below 1.
+	for range 200 {
+		p.budget.tick()
+		now = now.Add(time.Minute)
+		calls.Add(1)
+	}
+	if _, stretch := p.Projection(); stretch != 1 {
+		t.Fatalf("stretch %v at a low pace, want 1", stretch)
+	}
+}
+
+// stub serves list pages from a function, through the real client.
+func stub(t *testing.T, page func(q url2) (total int, ids []string)) (*surveyapi.Client, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		q := r.URL.Query()
+		pg, _ := strconv.Atoi(q.Get("page"))
+		pp, _ := strconv.Atoi(q.Get("per_page"))
+		total, ids := page(url2{page: pg, perPage: pp, from: q.Get("start_completed_at"), to: q.Get("end_completed_at")})
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"result":{"per_page":%d,"page":%d,"total":%d,"data":[`, pp, pg, total)
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"response_id":%q,"href":"x"}`, id)
+		}
+		b.WriteString(`]},"meta":{"request_id":"00000000-0000-0000-0000-000000000000","http_status":200}}`)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(b.String()))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := surveyapi.New(surveyapi.Options{BaseURL: srv.URL + "/v1", Token: "t", UserAgent: "test (t@example.invalid)", MaxRetries: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, &n
+}
+
+type url2 struct {
+	page, perPage int
+	from, to      string
+}
+
+func guidN(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
+
+func heapAlloc() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.TotalAlloc
+}
+
+// A list claiming 10^9 responses and serving fresh ids forever: no
+// allocation follows the claim, the window does not split into pieces, and
+// paging stops at the page cap with an error (the watermark stays).
+func TestHostileTotalAndEndlessPages(t *testing.T) {
+	c, calls := stub(t, func(q url2) (int, []string) {
+		ids := make([]string, q.perPage)
+		for i := range ids {
+			ids[i] = guidN(q.page*q.perPage + i + len(q.from)*7919)
+		}
+		return 1_000_000_000, ids
+	})
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	sub := &fakeSub{}
+	st := &memStates{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, Now: func() time.Time { return now }}, c, sub, st, nil)
+	before := heapAlloc()
+	_, err := p.cycle(context.Background(), 1, "completed")
+	allocated := heapAlloc() - before
+	if err == nil || !strings.Contains(err.Error(), "page cap") {
+		t.Fatalf("cycle: %v, want a page cap error", err)
+	}
+	// 3 first pages (the window and its halves, found implausible), then
+	// the cap: 4×20 000/100 + 10 = 810 pages.
+	if n := calls.Load(); n > 815 {
+		t.Fatalf("%d list calls; the cap is 810 pages", n)
+	}
+	// Cumulative allocation of ~810 pages through the client (~0.4 MiB a
+	// page under -race); anything sized by the claim would be gigabytes.
+	if allocated > 1<<30 {
+		t.Fatalf("allocated %d MiB for a window claiming 10^9 responses", allocated>>20)
+	}
+	if got := testutil.ToFloat64(p.m.hostile.WithLabelValues("implausible_total")); got != 1 {
+		t.Fatalf("implausible_total = %v", got)
+	}
+	if s := st.m[streamKey{1, "completed"}]; !s.Watermark.IsZero() {
+		t.Fatalf("watermark moved to %v past a window that never ended", s.Watermark)
+	}
+}
+
+// A service that repeats its last page forever (a total it never reaches):
+// paging stops at the first page adding nothing new, and the window counts
+// as read.
+func TestRepeatedPageStopsPaging(t *testing.T) {
+	c, calls := stub(t, func(q url2) (int, []string) {
+		p := min(q.page, 3)
+		ids := make([]string, q.perPage)
+		for i := range ids {
+			ids[i] = guidN(p*q.perPage + i)
+		}
+		return 1_000_000_000, ids
+	})
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	sub := &fakeSub{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 100, MaxWindowResponses: 2_000_000_000, Now: func() time.Time { return now }}, c, sub, &memStates{}, nil)
+	if _, err := p.cycle(context.Background(), 1, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Fatalf("%d list calls, want 4 (pages 1–3, then the repeat)", n)
+	}
+	if len(sub.got) != 300 {
+		t.Fatalf("%d responses submitted, want 300", len(sub.got))
+	}
+}
+
+// Reconcile: a claim of 10^9 responses is refused before any id set grows;
+// a repeating page stops.
+func TestReconcileHostileLists(t *testing.T) {
+	c, calls := stub(t, func(q url2) (int, []string) { return 1_000_000_000, []string{guidN(q.page)} })
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 1}, c, &fakeSub{}, &memStates{}, inv{})
+	if err := p.reconcile(context.Background(), 1); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("%d calls", calls.Load())
+	}
+	c2, calls2 := stub(t, func(q url2) (int, []string) { return 50, []string{guidN(1)} })
+	p2 := New(Options{Statuses: []string{"completed"}, PerPage: 1}, c2, &fakeSub{}, &memStates{}, inv{})
+	if err := p2.reconcile(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if calls2.Load() != 2 {
+		t.Fatalf("%d calls, want 2 (the second page repeats the first)", calls2.Load())
+	}
+}
+
+// With webhooks on, a response_received of a polled survey does not wake
+// its poll (the ref went to the pipeline); without them AddSurvey wakes it.
+// EndSurvey runs a final sync and keeps the survey at the ended cadence.
+func TestWebhooksDoNotWakeAKnownSurvey(t *testing.T) {
+	for _, webhooks := range []bool{true, false} {
+		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+		api := &fakeAPI{resps: gen(3, now.Add(-time.Hour), survey.StatusCompleted)}
+		ctx, cancel := context.WithCancel(context.Background())
+		p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, Webhooks: webhooks, PollInterval: time.Hour,
+			ReconcileInterval: -1, Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		<-p.FirstPassDone()
+		calls := func() int { api.mu.Lock(); defer api.mu.Unlock(); return api.calls }
+		before := calls()
+		p.AddSurvey(1)
+		time.Sleep(200 * time.Millisecond)
+		woke := calls() > before
+		if woke == webhooks {
+			t.Errorf("webhooks %v: AddSurvey of a known survey woke it: %v", webhooks, woke)
+		}
+		before = calls()
+		p.EndSurvey(1)
+		deadline := time.Now().Add(5 * time.Second)
+		for calls() == before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if calls() == before {
+			t.Errorf("webhooks %v: EndSurvey ran no final sync", webhooks)
+		}
+		ended := false
+		for deadline := time.Now().Add(5 * time.Second); !ended && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			p.mu.Lock()
+			r := p.surveys[1]
+			ended = r != nil && r.ended
+			p.mu.Unlock()
+		}
+		if !ended {
+			t.Errorf("webhooks %v: after the final sync the survey is not at the ended cadence", webhooks)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Reconcile keeps its own interval while the streams are backed off (here:
+// the webhook safety net).
+func TestReconcileKeepsItsIntervalWhileStreamsBackOff(t *testing.T) {
+	api := &fakeAPI{resps: gen(3, time.Now().Add(-time.Hour), survey.StatusCompleted)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, Webhooks: true, PollInterval: time.Second,
+		ReconcileInterval: 50 * time.Millisecond}, api, &fakeSub{}, &memStates{}, inv{})
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(p.m.reconciles.WithLabelValues("ok")) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(p.m.reconciles.WithLabelValues("ok")); n < 3 {
+		t.Fatalf("%v reconcile passes in 5 s at a 50 ms interval", n)
+	}
+	if n := testutil.ToFloat64(p.m.cycles.WithLabelValues("completed", "ok")); n != 1 {
+		t.Fatalf("%v poll cycles; the safety net is 30 min away", n)
+	}
+}
