@@ -159,7 +159,7 @@ func TestStatusShowsProgressAndSynced(t *testing.T) {
 		"synced (last run 25m0s ago)",
 		"1200/6000 (20%) 20.0/s ETA 4m0s",
 		"backfilling",
-		"in progress: 1200 of 6000 listed responses written (20%), 20.0/s, about 4m0s left",
+		"in progress: 1200 of 6000 listed responses done (20%), 20.0/s, about 4m0s left",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q", want)

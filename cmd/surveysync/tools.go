@@ -229,7 +229,7 @@ func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 	tw.Flush()
 	if listed > 0 {
 		pct := done * 100 / listed
-		line := fmt.Sprintf("\nin progress: %d of %d listed responses written (%d%%)", done, listed, pct)
+		line := fmt.Sprintf("\nin progress: %d of %d listed responses done (%d%%)", done, listed, pct)
 		rate, eta := poll.Rate(done, listed, updated.Sub(start))
 		if rate > 0 {
 			line += fmt.Sprintf(", %.1f/s", rate)
