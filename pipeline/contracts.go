@@ -2,7 +2,15 @@
 // sinks: fetch each response's detail concurrently, flatten it into Arrow
 // records, batch by rows, bytes and time, write, then acknowledge. It
 // declares the interfaces its neighbours implement; it imports none of the
-// project's packages but its own subpackages.
+// project's packages but its own subpackages and internal/permanent.
+//
+// Retries of writes belong here: the pipeline retries a failed write with
+// backoff until it succeeds, unless the error is permanent (permanent.Is).
+// A response that can never be stored — its detail cannot be decoded
+// (fetch), cannot be flattened into rows (flatten), or the sink refuses its
+// rows (write) — is recorded in the RejectStore with its reason, counted
+// (surveysync_rejected_total{stage,reason}) and acknowledged, so that it
+// neither pins its stream's watermark nor blocks the other responses.
 package pipeline
 
 import (
@@ -77,4 +85,39 @@ type SurveyInfo struct {
 type SurveyStore interface {
 	LoadSurveys(ctx context.Context) ([]SurveyInfo, error)
 	SaveSurveys(ctx context.Context, surveys []SurveyInfo) error
+}
+
+// Stages of the pipeline a response can be rejected at (Reject.Stage).
+const (
+	StageFetch   = "fetch"   // the detail could not be read or decoded (a permanent client error)
+	StageFlatten = "flatten" // the detail cannot be turned into rows (flatten.Add's checks)
+	StageWrite   = "write"   // the sink refuses the response's rows permanently
+)
+
+// Reject is a response the pipeline gave up on: it is not in the
+// responses/answers tables at this version, and its ref was acknowledged so
+// that the stream moves on. It is read again only when the poller or a
+// webhook submits it again (an overlap re-read, reconcile, a new webhook);
+// a re-read whose outcome is unchanged is not recorded twice by the same
+// process.
+type Reject struct {
+	SurveyID   int64
+	ResponseID survey.GUID
+	Stage      string    // StageFetch, StageFlatten or StageWrite
+	Reason     string    // permanent.Reason of the error, e.g. "decode", "date_out_of_range"; "unknown" when it has none
+	Error      string    // the error's text (at most MaxRejectErrorBytes); the client's errors carry no secrets
+	Source     string    // the ref's source: poll, webhook, reconcile
+	RejectedAt time.Time // UTC
+}
+
+// MaxRejectErrorBytes bounds Reject.Error.
+const MaxRejectErrorBytes = 2048
+
+// RejectStore keeps reject records: sink/clickhouse in table rejects,
+// sink/parquet in <dir>/rejects/*.jsonl. WriteRejects returns nil only once
+// every record is durable; the pipeline retries other errors with backoff
+// (the refs wait), except permanent ones (the refs then hear the error and
+// are read again later). Writing a record twice must be harmless.
+type RejectStore interface {
+	WriteRejects(ctx context.Context, rejects []Reject) error
 }

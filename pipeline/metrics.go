@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -14,6 +15,7 @@ type metrics struct {
 	written      *prometheus.CounterVec
 	fetchErrors  *prometheus.CounterVec
 	rejects      prometheus.Counter
+	rejected     *prometheus.CounterVec
 	unchanged    prometheus.Counter
 	queue        *prometheus.GaugeVec
 	flushes      *prometheus.CounterVec
@@ -54,6 +56,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "surveysync_pipeline_flatten_errors_total",
 			Help: "Responses that could not be flattened into rows.",
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "surveysync_rejected_total",
+			Help: "Responses given up on and recorded in the reject store (table rejects, or rejects/*.jsonl), by stage (fetch, flatten, write) and reason.",
+		}, []string{"stage", "reason"}),
 		unchanged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "surveysync_pipeline_responses_unchanged_total",
 			Help: "Re-read responses whose detail had not changed since this process wrote it: acknowledged without a write.",
@@ -110,8 +116,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.written.WithLabelValues(src)
 		m.fetchErrors.WithLabelValues(src)
 	}
+	// The usual rejects start at 0 too (alert rules use increase()).
+	for _, sr := range [][2]string{
+		{StageFetch, "decode"}, {StageFetch, "bad_date"}, {StageFetch, "bad_guid"}, {StageFetch, "too_large"},
+		{StageFlatten, flatten.ReasonDateOutOfRange}, {StageFlatten, flatten.ReasonTooManyAnswers}, {StageFlatten, flatten.ReasonBadFileID},
+		{StageWrite, "bad_value"}, {StageWrite, "insert_rejected"},
+	} {
+		m.rejected.WithLabelValues(sr[0], sr[1])
+	}
 	if reg != nil {
-		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.unchanged, m.queue, m.flushes,
+		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.rejected, m.unchanged, m.queue, m.flushes,
 			m.batchRows, m.rowsWritten, m.writeErrors, m.writeSeconds, m.fetchSeconds,
 			m.surveyResponses, m.surveyAnswers, m.newest)
 	}

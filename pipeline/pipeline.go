@@ -3,9 +3,10 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,15 +14,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
 // Ref is one unit of work: a response to read and write. Done is called
 // exactly once: with nil when the response's rows (or its deletion) are
-// durably in the sink, with an error when they are not and the caller must
-// try again later (the poller keeps its watermark, the webhook spool keeps
-// its event).
+// durably in the sink, or when the response was rejected (a permanent
+// error) and its Reject is durably in the RejectStore; with an error when
+// neither is the case and the caller must try again later (the poller keeps
+// its watermark, the webhook spool keeps its event).
 type Ref struct {
 	SurveyID   int64
 	ResponseID survey.GUID
@@ -51,12 +54,17 @@ type Options struct {
 	MaxBytes         int           // approximate bytes per batch (64 MiB)
 	MaxDelay         time.Duration // longest a response waits in a batch (1 s)
 	UrgentDelay      time.Duration // longest an Urgent ref waits in a batch (50 ms)
-	RetryInitial     time.Duration // first wait after a failed sink write (500 ms)
-	RetryMax         time.Duration // longest wait between sink write attempts (30 s)
-	Allocator        memory.Allocator
-	Logger           *slog.Logger
-	Registerer       prometheus.Registerer
-	Now              func() time.Time
+	RetryInitial     time.Duration // first wait after a failed sink or reject write (500 ms)
+	RetryMax         time.Duration // longest wait between sink or reject write attempts (30 s)
+	// Rejects records the responses the pipeline gives up on (permanent
+	// fetch, flatten or write errors); their refs are acknowledged once the
+	// record is durable. Nil: such refs hear the error instead and are read
+	// again later, as transient failures are.
+	Rejects    RejectStore
+	Allocator  memory.Allocator
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
 	// OnResponse, when set, sees every written response after its rows are
 	// durable (the file copier uses it); r is nil when the service answered
 	// 404 (the response was removed). It must not block for long.
@@ -186,12 +194,24 @@ type fetched struct {
 // nothing is to retry.
 var ErrNotWritten = errors.New("response not found (404) and not written as a deletion")
 
+// batch is a flushed batch and, parallel to refs, what each response needs
+// after the write: its item (to write it again alone after a permanent
+// error), what OnResponse hears, its metrics.
 type batch struct {
-	b    *flatten.Batch
-	refs []Ref
-	resp []written
-	meta []itemMeta
-	why  string
+	b     *flatten.Batch
+	refs  []Ref
+	items []flatten.Item
+	resp  []written
+	meta  []itemMeta
+	why   string
+}
+
+// rejection is a ref given up on at a stage, with the permanent error.
+type rejection struct {
+	ref   Ref
+	stage string
+	err   error
+	index int // position in its batch (write stage)
 }
 
 // Run runs the stages until the input is closed and drained (returns nil) or
@@ -260,6 +280,20 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 		}
 		if err != nil {
 			p.m.fetchErrors.WithLabelValues(r.Source).Inc()
+			if permanent.Is(err) && ctx.Err() == nil {
+				if r.SkipUnchanged {
+					// A re-read that fails the same way as the last time is
+					// not recorded again.
+					r.hash = rejectHash(StageFetch, permanent.Reason(err))
+					if p.cache.same(r.ResponseID, r.hash) {
+						p.m.unchanged.Inc()
+						r.Done(nil)
+						continue
+					}
+				}
+				p.reject(ctx, []rejection{{ref: r, stage: StageFetch, err: err}})
+				continue
+			}
 			p.o.Logger.Warn("fetch response failed; it will be read again",
 				"survey_id", r.SurveyID, "response_id", r.ResponseID, "source", r.Source, "err", err)
 			r.Done(err)
@@ -302,10 +336,10 @@ func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 		return fetched{}, err
 	}
 	if resp.SurveyID != 0 && resp.SurveyID != r.SurveyID {
-		return fetched{}, fmt.Errorf("response %s: detail says survey %d, asked for survey %d", r.ResponseID, resp.SurveyID, r.SurveyID)
+		return fetched{}, permanent.Errorf(flatten.ReasonIDMismatch, "response %s: detail says survey %d, asked for survey %d", r.ResponseID, resp.SurveyID, r.SurveyID)
 	}
 	if resp.ResponseID != "" && resp.ResponseID != r.ResponseID {
-		return fetched{}, fmt.Errorf("response %s: detail carries response_id %s", r.ResponseID, resp.ResponseID)
+		return fetched{}, permanent.Errorf(flatten.ReasonIDMismatch, "response %s: detail carries response_id %s", r.ResponseID, resp.ResponseID)
 	}
 	it.Response = resp
 	it.Deleted = resp.ResponseStatus == survey.StatusDeleted
@@ -329,6 +363,7 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 		}
 	}()
 	var refs []Ref
+	var items []flatten.Item
 	var resps []written
 	var metas []itemMeta
 	timer := time.NewTimer(time.Hour)
@@ -340,8 +375,8 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 		if len(refs) == 0 {
 			return nil
 		}
-		bt := batch{b: b.Flush(), refs: refs, resp: resps, meta: metas, why: why}
-		refs, resps, metas = nil, nil, nil
+		bt := batch{b: b.Flush(), refs: refs, items: items, resp: resps, meta: metas, why: why}
+		refs, items, resps, metas = nil, nil, nil, nil
 		timer.Stop()
 		p.m.flushes.WithLabelValues(why).Inc()
 		select {
@@ -374,9 +409,10 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 			_, answersBefore := b.Rows()
 			if err := b.Add(f.item); err != nil {
 				p.m.rejects.Inc()
-				p.o.Logger.Error("response cannot be flattened; it will be read again",
-					"survey_id", f.ref.SurveyID, "response_id", f.ref.ResponseID, "err", err)
-				f.ref.Done(err)
+				if !permanent.Is(err) {
+					err = permanent.New("flatten", err)
+				}
+				p.reject(ctx, []rejection{{ref: f.ref, stage: StageFlatten, err: err}})
 				continue
 			}
 			switch {
@@ -391,11 +427,10 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 				timer.Reset(p.o.UrgentDelay)
 			}
 			refs = append(refs, f.ref)
+			items = append(items, f.item)
 			_, answersAfter := b.Rows()
 			metas = append(metas, newItemMeta(f.ref.SurveyID, f.resp, f.item.Deleted, answersAfter-answersBefore))
-			if p.o.OnResponse != nil {
-				resps = append(resps, written{f.ref.SurveyID, f.ref.ResponseID, f.resp})
-			}
+			resps = append(resps, written{f.ref.SurveyID, f.ref.ResponseID, f.resp})
 			_, answers := b.Rows()
 			switch {
 			case answers >= p.o.MaxRows:
@@ -420,9 +455,12 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 
 func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 	for bt := range in {
-		if err := p.write(ctx, bt); err != nil {
-			for _, r := range bt.refs {
-				r.Done(err)
+		settled, err := p.write(ctx, bt)
+		if err != nil {
+			for i, r := range bt.refs {
+				if !settled[i] {
+					r.Done(err)
+				}
 			}
 			bt.b.Release()
 			// Drain what is queued so every ref hears back.
@@ -435,32 +473,110 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 			return err
 		}
 		bt.b.Release()
-		p.m.writtenItems(bt.meta)
-		for _, r := range bt.refs {
+		for i, r := range bt.refs {
+			if settled[i] {
+				continue // rejected: acknowledged by reject
+			}
+			p.m.writtenItems(bt.meta[i : i+1])
 			if r.hash != 0 {
 				p.cache.put(r.ResponseID, r.hash)
 			}
 			p.m.written.WithLabelValues(r.Source).Inc()
 			r.Done(nil)
 		}
-		for _, w := range bt.resp {
-			p.o.OnResponse(ctx, w.surveyID, w.responseID, w.resp)
+		if p.o.OnResponse != nil {
+			for i, w := range bt.resp {
+				if !settled[i] {
+					p.o.OnResponse(ctx, w.surveyID, w.responseID, w.resp)
+				}
+			}
 		}
 	}
 	return nil
 }
 
-// write retries the sink until it succeeds or ctx is done: a sink outage
-// makes the pipeline wait, and the bounded channels upstream make the
-// fetchers wait too.
-func (p *Pipeline) write(ctx context.Context, bt batch) error {
+// write writes bt. It retries transient sink errors until the write
+// succeeds or ctx is done: a sink outage makes the pipeline wait, and the
+// bounded channels upstream make the fetchers wait too. A permanent error
+// is never retried: the batch is written again in halves, down to single
+// responses, so that only the responses the sink refuses are rejected and
+// the others are written. settled[i] reports that ref i was rejected and
+// has heard back already; err is ctx's error when ctx ended first.
+func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err error) {
+	settled = make([]bool, len(bt.refs))
 	resp, answers := bt.b.Rows()
 	p.m.batchRows.WithLabelValues(flatten.TableResponses).Observe(float64(resp))
 	p.m.batchRows.WithLabelValues(flatten.TableAnswers).Observe(float64(answers))
+	err = p.writeRetry(ctx, bt.b)
+	if err == nil || !permanent.Is(err) {
+		return settled, err
+	}
+	p.o.Logger.Warn("sink refused a batch permanently; writing its responses in parts to find the ones it refuses",
+		"responses", resp, "reason", permanent.Reason(err), "err", err)
+	idx := make([]int, len(bt.items))
+	for i := range idx {
+		idx[i] = i
+	}
+	var rejects []rejection
+	if err := p.isolate(ctx, bt, idx, err, &rejects); err != nil {
+		return settled, err
+	}
+	p.reject(ctx, rejects)
+	for _, r := range rejects {
+		settled[r.index] = true
+	}
+	return settled, nil
+}
+
+// isolate writes the items idx of bt, which failed together with the
+// permanent error perr, in two halves; a half that fails permanently is
+// split again. A single response that fails permanently is added to out.
+func (p *Pipeline) isolate(ctx context.Context, bt batch, idx []int, perr error, out *[]rejection) error {
+	if len(idx) == 1 {
+		i := idx[0]
+		*out = append(*out, rejection{ref: bt.refs[i], stage: StageWrite, err: perr, index: i})
+		return nil
+	}
+	mid := len(idx) / 2
+	for _, part := range [][]int{idx[:mid], idx[mid:]} {
+		err := p.writeItems(ctx, bt.items, part)
+		switch {
+		case err == nil:
+		case permanent.Is(err):
+			if err := p.isolate(ctx, bt, part, err, out); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// writeItems builds a batch of items[idx] alone and writes it. The items'
+// versions are unchanged, so rows already written by an earlier attempt
+// are written again identically (and collapse).
+func (p *Pipeline) writeItems(ctx context.Context, items []flatten.Item, idx []int) error {
+	b := flatten.NewBuilder(p.o.Allocator)
+	defer b.Release()
+	for _, i := range idx {
+		if err := b.Add(items[i]); err != nil {
+			return permanent.New("flatten", err)
+		}
+	}
+	fb := b.Flush()
+	defer fb.Release()
+	return p.writeRetry(ctx, fb)
+}
+
+// writeRetry writes b, retrying transient errors with backoff. It returns
+// nil, a permanent error (not retried), or ctx's error.
+func (p *Pipeline) writeRetry(ctx context.Context, b *flatten.Batch) error {
+	resp, answers := b.Rows()
 	wait := p.o.RetryInitial
 	for attempt := 1; ; attempt++ {
 		start := p.o.Now()
-		err := p.sink.Write(ctx, bt.b)
+		err := p.sink.Write(ctx, b)
 		p.m.writeSeconds.Observe(time.Since(start).Seconds())
 		if err == nil {
 			p.m.rowsWritten.WithLabelValues(flatten.TableResponses).Add(float64(resp))
@@ -474,14 +590,100 @@ func (p *Pipeline) write(ctx context.Context, bt batch) error {
 			return ctx.Err()
 		}
 		p.m.writeErrors.Inc()
+		if permanent.Is(err) {
+			return err
+		}
 		p.o.Logger.Warn("sink write failed; retrying", "attempt", attempt, "responses", resp, "answers", answers, "retry_in", wait, "err", err)
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := sleep(ctx, wait/2+rand.N(wait/2+1)); err != nil {
+			return err
 		}
 		wait = min(wait*2, p.o.RetryMax)
+	}
+}
+
+// reject records rs in the RejectStore, retrying transient errors, then
+// acknowledges each ref with nil. Without a RejectStore, when the store
+// fails permanently, or when ctx ends first, the refs hear the error
+// instead (they are read again later).
+func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
+	if len(rs) == 0 {
+		return
+	}
+	now := p.o.Now().UTC()
+	recs := make([]Reject, len(rs))
+	for i, r := range rs {
+		reason := permanent.Reason(r.err)
+		if reason == "" {
+			reason = "unknown"
+		}
+		recs[i] = Reject{
+			SurveyID: r.ref.SurveyID, ResponseID: r.ref.ResponseID, Stage: r.stage, Reason: reason,
+			Error: truncateUTF8(r.err.Error(), MaxRejectErrorBytes), Source: r.ref.Source, RejectedAt: now,
+		}
+		p.o.Logger.Warn("response rejected: it cannot be stored as the service sends it; recorded with its reason",
+			"survey_id", r.ref.SurveyID, "response_id", r.ref.ResponseID, "source", r.ref.Source,
+			"stage", r.stage, "reason", reason, "err", r.err)
+	}
+	if p.o.Rejects == nil {
+		for _, r := range rs {
+			r.ref.Done(r.err)
+		}
+		return
+	}
+	wait := p.o.RetryInitial
+	for attempt := 1; ; attempt++ {
+		err := p.o.Rejects.WriteRejects(ctx, recs)
+		if err == nil {
+			break
+		}
+		if ctx.Err() == nil && !permanent.Is(err) {
+			p.o.Logger.Warn("reject store write failed; retrying", "attempt", attempt, "rejects", len(recs), "retry_in", wait, "err", err)
+			err = sleep(ctx, wait/2+rand.N(wait/2+1))
+			wait = min(wait*2, p.o.RetryMax)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				p.o.Logger.Error("reject store refused the records; the responses will be read again", "rejects", len(recs), "err", err)
+			}
+			for _, r := range rs {
+				r.ref.Done(err)
+			}
+			return
+		}
+	}
+	for i, r := range rs {
+		p.m.rejected.WithLabelValues(recs[i].Stage, recs[i].Reason).Inc()
+		if r.ref.hash != 0 {
+			p.cache.put(r.ref.ResponseID, r.ref.hash)
+		}
+		r.ref.Done(nil)
+	}
+}
+
+// rejectHash stands for "rejected at stage for reason" in the content
+// cache, for refs whose detail could not be read; never 0.
+func rejectHash(stage, reason string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte("reject\x00" + stage + "\x00" + reason))
+	return h.Sum64() | 1
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	return strings.ToValidUTF8(s[:n-len(ellipsis)], "") + ellipsis
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -88,25 +89,14 @@ type ProcessorFunc func(ctx context.Context, ev Event) error
 // Process calls f.
 func (f ProcessorFunc) Process(ctx context.Context, ev Event) error { return f(ctx, ev) }
 
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
 // Permanent marks err as not worth retrying: the event is logged as
-// rejected and removed from the spool.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
+// rejected and removed from the spool. It is permanent.New("webhook", err):
+// any permanent.Error (from the pipeline, the sinks, the client) has the
+// same effect.
+func Permanent(err error) error { return permanent.New("webhook", err) }
 
-// IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
-}
+// IsPermanent reports whether err is permanent (permanent.Is).
+func IsPermanent(err error) bool { return permanent.Is(err) }
 
 // Outcomes of a processed event in LogEntry.Outcome and in
 // surveysync_webhook_events_total.

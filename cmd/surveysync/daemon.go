@@ -40,12 +40,13 @@ type runFlags struct {
 	exitWhenSynced bool
 }
 
-// store is what a sink offers besides writing: checkpoints, surveys, and
-// (ClickHouse only) the inventory for reconcile.
+// store is what a sink offers besides writing: checkpoints, surveys, the
+// reject records, and (ClickHouse only) the inventory for reconcile.
 type store interface {
 	pipeline.Sink
 	pipeline.StateStore
 	pipeline.SurveyStore
+	pipeline.RejectStore
 }
 
 // closer is implemented by both sinks.
@@ -256,6 +257,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		MaxRows:          cfg.Sync.Batch.MaxRows,
 		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
 		MaxDelay:         cfg.Sync.Batch.MaxDelay,
+		Rejects:          st,
 		Logger:           log.With("component", "pipeline"),
 		Registerer:       reg,
 	}, client, st)

@@ -489,6 +489,11 @@ func TestFaultsLoseNothing(t *testing.T) {
 	d.wait(t, 4*time.Minute)
 	e.sim.ClearFaults()
 	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		for _, l := range strings.Split(d.output(), "\n") {
+			if strings.Contains(l, "reject") || strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") {
+				t.Log(l)
+			}
+		}
 		t.Fatal(msg)
 	}
 }
@@ -675,4 +680,142 @@ func TestSteadyStateNewResponseWithinOnePollInterval(t *testing.T) {
 	t.Logf("visible %v after completion (poll interval 2s)", time.Since(start))
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	d.wait(t, 60*time.Second)
+}
+
+// A broken response detail (completed in 2200, beyond ClickHouse's
+// DateTime) is rejected with its reason, the other responses are written,
+// and the sync completes: the broken response does not pin its stream. A
+// rerun completes too (it does not re-read the window forever).
+func TestBrokenDetailIsRejectedAndSyncMovesOn(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 400, 41)})
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpGetResponse, Kind: sim.FaultFutureDate, Count: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	if !strings.Contains(d.output(), "response rejected") {
+		t.Errorf("the daemon did not log the reject; output:\n%s", tail(d.output(), 30))
+	}
+	rejected := readRejects(t, w)
+	if len(rejected) != 3 {
+		t.Fatalf("rejects holds %v, want 3 responses", rejected)
+	}
+	for id, reason := range rejected {
+		if reason != "flatten/date_out_of_range" && reason != "fetch/bad_date" {
+			t.Errorf("response %s rejected for %s, want flatten/date_out_of_range", id, reason)
+		}
+	}
+	// Everything else is in the warehouse, exactly.
+	truth := truthFingerprints(e)
+	for id := range rejected {
+		delete(truth, id)
+	}
+	got := warehouseFingerprints(t, w)
+	for id := range rejected {
+		delete(got, id) // a reconcile pass may have read it again, intact
+	}
+	if msg := diff(truth, got); msg != "" {
+		t.Fatal(msg)
+	}
+	// A second run finishes as well, and records nothing new (the fault is
+	// spent: whatever it reads again now is intact).
+	d = startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	if again := readRejects(t, w); len(again) != 3 {
+		t.Errorf("after a rerun rejects holds %d responses, want 3", len(again))
+	}
+}
+
+// A detail the client cannot decode (a date that is not a date) is
+// rejected at the fetch stage, and the sync completes without it.
+func TestUndecodableDetailIsRejectedAtFetch(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 300, 47)})
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpGetResponse, Kind: sim.FaultInvalidDate, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	rejected := readRejects(t, w)
+	if len(rejected) != 2 {
+		t.Fatalf("rejects holds %v, want 2 responses", rejected)
+	}
+	for id, reason := range rejected {
+		if reason != "fetch/bad_date" {
+			t.Errorf("response %s rejected for %s, want fetch/bad_date", id, reason)
+		}
+	}
+	truth := truthFingerprints(e)
+	got := warehouseFingerprints(t, w)
+	for id := range rejected {
+		delete(truth, id)
+		delete(got, id)
+	}
+	if msg := diff(truth, got); msg != "" {
+		t.Fatal(msg)
+	}
+	if strings.Contains(d.output(), tokenOf(e)) {
+		t.Fatal("the API token appears in the daemon's output")
+	}
+	var leaks uint64
+	if err := w.conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count() FROM %s.rejects WHERE position(error, '%s') > 0", w.db, tokenOf(e))).Scan(&leaks); err != nil || leaks != 0 {
+		t.Fatalf("rejects rows quoting the API token: %d (%v)", leaks, err)
+	}
+}
+
+// readRejects returns the rejected responses as id → "stage/reason".
+func readRejects(t *testing.T, w *warehouse) map[string]string {
+	t.Helper()
+	rows, err := w.conn.Query(context.Background(), fmt.Sprintf(
+		"SELECT response_id, any(stage), any(reason), any(error) FROM %s.rejects GROUP BY response_id", w.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, stage, reason, msg string
+		if err := rows.Scan(&id, &stage, &reason, &msg); err != nil {
+			t.Fatal(err)
+		}
+		if msg == "" {
+			t.Errorf("reject of %s has no error text", id)
+		}
+		out[id] = stage + "/" + reason
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The Parquet sink keeps the rejects as JSON Lines under <dir>/rejects.
+func TestBrokenDetailIsRejectedIntoParquetDir(t *testing.T) {
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 200, 43)})
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpGetResponse, Kind: sim.FaultFutureDate, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, e, nil, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(cfg), "data", "rejects", "*.jsonl"))
+	lines := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if !strings.Contains(l, `"reason":"date_out_of_range"`) && !strings.Contains(l, `"reason":"bad_date"`) {
+				t.Errorf("reject line %s", l)
+			}
+			lines++
+		}
+	}
+	if lines != 2 {
+		t.Fatalf("%d reject lines in %v, want 2", lines, files)
+	}
 }

@@ -49,12 +49,12 @@ func final(err error) error {
 func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) error {
 	e := ev.Parsed
 	if e.SurveyID <= 0 {
-		return webhookrx.Permanent(fmt.Errorf("event %s (%s) has no survey_id", ev.ID, ev.Name))
+		return permanent.Errorf("bad_event", "event %s (%s) has no survey_id", ev.ID, ev.Name)
 	}
 	switch ev.Kind() {
 	case webhookrx.KindResponseReceived:
 		if e.ResponseID == "" {
-			return webhookrx.Permanent(fmt.Errorf("response_received event %s has no response_id", ev.ID))
+			return permanent.Errorf("bad_event", "response_received event %s has no response_id", ev.ID)
 		}
 		done := make(chan error, 1)
 		err := w.pipe.Submit(ctx, pipeline.Ref{

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -40,6 +41,43 @@ type Item struct {
 
 // Limits of the answers table's index columns (UInt16).
 const maxIndex = math.MaxUint16
+
+// MaxAnswers is the most answer cells one response may have: more is
+// rejected (reason "too_many_answers") rather than written, so that one
+// response cannot make a batch of its own larger than the sinks accept.
+const MaxAnswers = 65_536
+
+// Reasons of the permanent errors Add returns (permanent.Reason), used as
+// the reason of reject records and as a metric label.
+const (
+	ReasonBadResponseID    = "bad_response_id"    // the response id is not a GUID
+	ReasonIDMismatch       = "id_mismatch"        // the detail names another response or survey
+	ReasonNoDetail         = "no_detail"          // no detail and not deleted
+	ReasonDateOutOfRange   = "date_out_of_range"  // a date the warehouse's DateTime cannot hold
+	ReasonTooManyAnswers   = "too_many_answers"   // more than MaxAnswers answers, or an index over 65,535
+	ReasonTooManyQuestions = "too_many_questions" // more than 65,536 pages or questions on a page
+	ReasonBadFileID        = "bad_file_id"        // an answer's file_id is not a GUID
+)
+
+// MaxUnixSeconds is the latest time the warehouse can hold: ClickHouse's
+// DateTime is a UInt32 of seconds since 1970-01-01 00:00:00 UTC, so its
+// range ends at 2106-02-07 06:28:15 UTC. Later dates (and dates before
+// 1970) would be stored wrapped around, as a wrong but plausible date, or
+// as 0000-00-00; Add rejects them (reason "date_out_of_range") instead.
+// The Parquet sink holds any date but applies the same rule, so that both
+// sinks hold the same rows.
+const MaxUnixSeconds = math.MaxUint32
+
+// InDateRange reports whether t fits the warehouse's DateTime columns
+// (1970-01-01 00:00:00 to 2106-02-07 06:28:15 UTC). The zero time is in
+// range: it stands for "absent" (a null, or the epoch for date_created).
+func InDateRange(t time.Time) bool {
+	if t.IsZero() {
+		return true
+	}
+	u := t.Unix()
+	return u >= 0 && u <= MaxUnixSeconds
+}
 
 // Builder appends the rows of items to Arrow record builders for both
 // tables. It is not safe for concurrent use: the pipeline keeps one per
@@ -189,25 +227,34 @@ const (
 // Add appends the rows of it. It returns an error naming the response, and
 // appends nothing, when the item cannot be represented: an invalid
 // response id, ids that disagree with the detail, a missing detail on an
-// item that is not deleted, or more than 65,536 pages, questions on a page
-// or answers to a question.
+// item that is not deleted, a date outside the warehouse's range
+// (InDateRange), more than MaxAnswers answers or 65,536 pages, questions on
+// a page or answers to a question, or a file_id that is not a GUID. Every
+// such error is a permanent.Error (asking the service again returns the
+// same detail) whose reason is one of the Reason constants.
 func (b *Builder) Add(it Item) error {
 	id, err := b.normID(it.ResponseID)
 	if err != nil {
-		return err
+		return permanent.New(ReasonBadResponseID, err)
 	}
 	r := it.Response
 	deleted := it.Deleted || (r != nil && r.ResponseStatus == survey.StatusDeleted)
 	if r == nil && !deleted {
-		return fmt.Errorf("flatten response %s of survey %d: no detail and not deleted", it.ResponseID, it.SurveyID)
+		return permanent.Errorf(ReasonNoDetail, "flatten response %s of survey %d: no detail and not deleted", it.ResponseID, it.SurveyID)
 	}
 	if r != nil {
 		if r.ResponseID != "" && !equalFold(string(r.ResponseID), id) {
-			return fmt.Errorf("flatten response %s of survey %d: detail has response_id %s", it.ResponseID, it.SurveyID, r.ResponseID)
+			return permanent.Errorf(ReasonIDMismatch, "flatten response %s of survey %d: detail has response_id %s", it.ResponseID, it.SurveyID, r.ResponseID)
 		}
 		if r.SurveyID != 0 && r.SurveyID != it.SurveyID {
-			return fmt.Errorf("flatten response %s of survey %d: detail has survey_id %d", it.ResponseID, it.SurveyID, r.SurveyID)
+			return permanent.Errorf(ReasonIDMismatch, "flatten response %s of survey %d: detail has survey_id %d", it.ResponseID, it.SurveyID, r.SurveyID)
 		}
+		if err := checkDates(r); err != nil {
+			return fmt.Errorf("flatten response %s of survey %d: %w", it.ResponseID, it.SurveyID, err)
+		}
+	}
+	if !InDateRange(it.SyncedAt) {
+		return permanent.Errorf(ReasonDateOutOfRange, "flatten response %s of survey %d: synced_at %s is outside 1970-01-01..2106-02-07", it.ResponseID, it.SurveyID, it.SyncedAt.Format(time.RFC3339))
 	}
 	nAns := 0
 	if !deleted {
@@ -279,22 +326,45 @@ func equalFold(a, b string) bool {
 	return true
 }
 
+// checkDates rejects a detail whose dates the warehouse cannot hold.
+func checkDates(r *survey.Response) error {
+	if !InDateRange(r.DateCreated.Time) {
+		return permanent.Errorf(ReasonDateOutOfRange, "date_created %s is outside 1970-01-01..2106-02-07", r.DateCreated.Format(time.RFC3339))
+	}
+	if r.DateCompleted != nil && !InDateRange(r.DateCompleted.Time) {
+		return permanent.Errorf(ReasonDateOutOfRange, "date_completed %s is outside 1970-01-01..2106-02-07", r.DateCompleted.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// countAnswers returns the number of answer cells of r, checking the
+// limits of the answers table and the file ids.
 func countAnswers(r *survey.Response) (int, error) {
 	if len(r.Pages) > maxIndex+1 {
-		return 0, fmt.Errorf("%d pages: at most %d fit page_index", len(r.Pages), maxIndex+1)
+		return 0, permanent.Errorf(ReasonTooManyQuestions, "%d pages: at most %d fit page_index", len(r.Pages), maxIndex+1)
 	}
 	n := 0
 	for pi := range r.Pages {
 		p := &r.Pages[pi]
 		if len(p.Questions) > maxIndex+1 {
-			return 0, fmt.Errorf("page %d has %d questions: at most %d fit question_index", p.ID, len(p.Questions), maxIndex+1)
+			return 0, permanent.Errorf(ReasonTooManyQuestions, "page %d has %d questions: at most %d fit question_index", p.ID, len(p.Questions), maxIndex+1)
 		}
 		for qi := range p.Questions {
 			q := &p.Questions[qi]
 			if len(q.Answers) > maxIndex+1 {
-				return 0, fmt.Errorf("question %d has %d answers: at most %d fit answer_index", q.ID, len(q.Answers), maxIndex+1)
+				return 0, permanent.Errorf(ReasonTooManyAnswers, "question %d has %d answers: at most %d fit answer_index", q.ID, len(q.Answers), maxIndex+1)
+			}
+			for ai := range q.Answers {
+				if f := q.Answers[ai].FileID; f != nil {
+					if _, err := survey.ParseGUID(string(*f)); err != nil {
+						return 0, permanent.Errorf(ReasonBadFileID, "question %d answer %d: file_id %.40q is not a GUID", q.ID, ai, string(*f))
+					}
+				}
 			}
 			n += len(q.Answers)
+			if n > MaxAnswers {
+				return 0, permanent.Errorf(ReasonTooManyAnswers, "more than %d answers", MaxAnswers)
+			}
 		}
 	}
 	return n, nil

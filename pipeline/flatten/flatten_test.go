@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -194,18 +195,56 @@ func TestAddAppendsNothingOnError(t *testing.T) {
 	otherID := mustCase(t, "single")
 	otherID.ResponseID = survey.MustGUID("00000000-0000-4000-8000-000000000000")
 
-	cases := map[string]Item{
-		"too many answers":    tooMany,
-		"survey id mismatch":  mismatch,
-		"response id differs": otherID,
-		"bad guid":            {SurveyID: 1, ResponseID: "not-a-guid", Deleted: true},
-		"no detail":           {SurveyID: 1, ResponseID: survey.MustGUID("00000000-0000-4000-8000-000000000001")},
+	manyInAll := mustCase(t, "single")
+	many := *manyInAll.Response
+	many.Pages = []survey.Page{{ID: 1, Questions: []survey.Question{
+		{ID: 1, Type: "essay", Answers: make([]survey.Answer, 40000)},
+		{ID: 2, Type: "essay", Answers: make([]survey.Answer, 30000)},
+	}}}
+	manyInAll.Response = &many
+
+	withDate := func(created, completed time.Time) Item {
+		it := mustCase(t, "single")
+		r := *it.Response
+		r.DateCreated = survey.Time{Time: created}
+		r.DateCompleted = survey.TimeOf(completed)
+		it.Response = &r
+		return it
 	}
-	for name, it := range cases {
+	ok := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+
+	badFile := mustCase(t, "upload")
+	bf := *badFile.Response
+	bf.Pages = []survey.Page{{ID: 1, Questions: []survey.Question{{ID: 7, Type: "file_upload", Answers: []survey.Answer{
+		{FileID: ptr(survey.GUID("report.pdf"))},
+	}}}}}
+	badFile.Response = &bf
+
+	cases := map[string]struct {
+		it     Item
+		reason string
+	}{
+		"too many answers":         {tooMany, ReasonTooManyAnswers},
+		"too many answers in all":  {manyInAll, ReasonTooManyAnswers},
+		"survey id mismatch":       {mismatch, ReasonIDMismatch},
+		"response id differs":      {otherID, ReasonIDMismatch},
+		"bad guid":                 {Item{SurveyID: 1, ResponseID: "not-a-guid", Deleted: true}, ReasonBadResponseID},
+		"no detail":                {Item{SurveyID: 1, ResponseID: survey.MustGUID("00000000-0000-4000-8000-000000000001")}, ReasonNoDetail},
+		"completed in 2200":        {withDate(ok, time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)), ReasonDateOutOfRange},
+		"completed after 2106":     {withDate(ok, time.Unix(MaxUnixSeconds+1, 0)), ReasonDateOutOfRange},
+		"created in 1960":          {withDate(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), ok), ReasonDateOutOfRange},
+		"created just before 1970": {withDate(time.Unix(0, -int64(time.Millisecond)), ok), ReasonDateOutOfRange},
+		"file id not a GUID":       {badFile, ReasonBadFileID},
+	}
+	for name, c := range cases {
+		it := c.it
 		err := b.Add(it)
 		if err == nil {
 			t.Errorf("%s: Add succeeded, want an error", name)
 			continue
+		}
+		if !permanent.Is(err) || permanent.Reason(err) != c.reason {
+			t.Errorf("%s: err = %v (permanent %v, reason %q), want a permanent error with reason %q", name, err, permanent.Is(err), permanent.Reason(err), c.reason)
 		}
 		if !strings.Contains(err.Error(), string(it.ResponseID)) {
 			t.Errorf("%s: error %q does not name response %s", name, err, it.ResponseID)
@@ -213,6 +252,19 @@ func TestAddAppendsNothingOnError(t *testing.T) {
 		if r, a := b.Rows(); r != r0 || a != a0 || b.Bytes() != bytes0 {
 			t.Errorf("%s: rows %d/%d bytes %d after failed Add, want %d/%d %d", name, r, a, b.Bytes(), r0, a0, bytes0)
 		}
+	}
+
+	// The edges of the range are accepted.
+	for _, it := range []Item{
+		withDate(time.Unix(0, 0), time.Unix(MaxUnixSeconds, 0)),
+		withDate(time.Time{}, time.Unix(MaxUnixSeconds, int64(999*time.Millisecond))),
+	} {
+		b3 := NewBuilder(mem)
+		if err := b3.Add(it); err != nil {
+			t.Errorf("edge of the date range: %v", err)
+		}
+		b3.Flush().Release()
+		b3.Release()
 	}
 
 	batch := b.Flush()
@@ -468,3 +520,5 @@ func TestReservationDecays(t *testing.T) {
 		t.Errorf("a one-response batch holds %d bytes after 20 small batches (burst: %d)", last, big)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -25,6 +25,7 @@ import (
 	"gocloud.dev/gcerrors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
@@ -131,10 +132,10 @@ type Options struct {
 	VerifyExisting bool
 	// TypeMatch is the upload-question rule (files.DefaultTypeMatch).
 	TypeMatch []string
-	// IsPermanent classifies download errors that asking again will not
-	// fix (cmd passes surveyapi.IsPermanent). Such files are recorded and
-	// retried only by the index reload, with backoff. ErrNotFound and
-	// ErrTooLarge are always permanent.
+	// IsPermanent, when set, classifies further download errors as ones
+	// that asking again will not fix, besides those permanent.Is already
+	// recognises (the client's, ErrTooLarge) and ErrNotFound. Such files
+	// are recorded and retried only by the index reload, with backoff.
 	IsPermanent func(error) bool
 	Logger      *slog.Logger
 	Registerer  prometheus.Registerer
@@ -279,7 +280,7 @@ func (c *Copier) Copy(ctx context.Context, ref files.FileRef) (Stored, error) {
 	}
 	defer d.Body.Close()
 	if c.o.MaxSize > 0 && d.Size > c.o.MaxSize {
-		return st, &CopyError{ref, ReasonTooLarge, fmt.Errorf("%w: Content-Length %d > %d bytes", ErrTooLarge, d.Size, c.o.MaxSize)}
+		return st, &CopyError{ref, ReasonTooLarge, permanent.Errorf("too_large", "%w: Content-Length %d > %d bytes", ErrTooLarge, d.Size, c.o.MaxSize)}
 	}
 
 	sp := newSpool(c.o.SpoolDir, c.o.MemSpool, &c.spoolPool)
@@ -303,7 +304,7 @@ func (c *Copier) Copy(ctx context.Context, ref files.FileRef) (Stored, error) {
 		return st, &CopyError{ref, ReasonDownload, fmt.Errorf("read body after %d bytes: %w", n, err)}
 	}
 	if c.o.MaxSize > 0 && n > c.o.MaxSize {
-		return st, &CopyError{ref, ReasonTooLarge, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, c.o.MaxSize)}
+		return st, &CopyError{ref, ReasonTooLarge, permanent.Errorf("too_large", "%w: more than %d bytes", ErrTooLarge, c.o.MaxSize)}
 	}
 	if d.Size > 0 && n != d.Size {
 		return st, &CopyError{ref, ReasonTruncated, fmt.Errorf("%w: got %d of %d bytes", ErrTruncated, n, d.Size)}
@@ -659,11 +660,12 @@ func (c *Copier) process(ctx context.Context, t task) {
 
 // permanentPrefix starts the recorded error of a failure that asking again
 // soon will not fix (404, size cap, …): the index reload waits RetryMax
-// before trying such a file again.
+// before trying such a file again. It is how the index (a table or a JSONL
+// file, read back after a restart) keeps the classification.
 const permanentPrefix = "permanent: "
 
 func (c *Copier) permanent(err error) bool {
-	if errors.Is(err, survey.ErrNotFound) || errors.Is(err, ErrTooLarge) {
+	if errors.Is(err, survey.ErrNotFound) || permanent.Is(err) {
 		return true
 	}
 	return c.o.IsPermanent != nil && c.o.IsPermanent(err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 	"gocloud.dev/gcerrors"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
@@ -283,8 +285,8 @@ func TestSizeCap(t *testing.T) {
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, opts)
 	_, err := c.Copy(context.Background(), r)
-	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "102400 > 65536") {
-		t.Fatalf("err = %v, want ErrTooLarge naming the sizes", err)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "102400 > 65536") || permanent.Reason(err) != "too_large" {
+		t.Fatalf("err = %v, want a permanent ErrTooLarge naming the sizes", err)
 	}
 	// Without Content-Length the cap is enforced while streaming.
 	dl := DownloadFunc(func(ctx context.Context, s int64, rid, fid survey.GUID) (*Download, error) {
@@ -296,7 +298,7 @@ func TestSizeCap(t *testing.T) {
 	})
 	opts.Registerer = prometheus.NewRegistry()
 	c2 := NewCopier(st, dl, ix, opts)
-	if _, err := c2.Copy(context.Background(), r); !errors.Is(err, ErrTooLarge) {
+	if _, err := c2.Copy(context.Background(), r); !errors.Is(err, ErrTooLarge) || !permanent.Is(err) {
 		t.Fatalf("streamed err = %v, want ErrTooLarge", err)
 	}
 	// Through Run: recorded with its error, not retried in this run.
@@ -684,5 +686,32 @@ func TestS3PutCancelledLeavesNothing(t *testing.T) {
 	}
 	if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
 		t.Fatalf("attributes after a cancelled PUT: %v, want NotFound", err)
+	}
+}
+
+// A download error marked with internal/permanent is permanent without
+// Options.IsPermanent: recorded with the prefix, not retried in this run;
+// the size cap's error is a permanent.Error too.
+func TestSharedPermanentErrorIsPermanent(t *testing.T) {
+	st, _ := fileStore(t)
+	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	defer ix.Close()
+	var calls atomic.Int64
+	dl := DownloadFunc(func(ctx context.Context, s int64, rid, fid survey.GUID) (*Download, error) {
+		calls.Add(1)
+		return nil, permanent.Errorf("decode", "download %s: malformed answer", fid)
+	})
+	opts := testOptions(t)
+	opts.IsPermanent = nil
+	c := NewCopier(st, dl, ix, opts)
+	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000009")
+	stop := runCopier(t, c)
+	c.Enqueue(r)
+	waitFor(t, 5*time.Second, "failure recorded", func() bool { rec, ok := ix.Get(r); return ok && rec.Error != "" })
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	rec, _ := ix.Get(r)
+	if !strings.HasPrefix(rec.Error, permanentPrefix) || calls.Load() != 1 {
+		t.Errorf("index row %+v after %d calls: want one call and a permanent error", rec, calls.Load())
 	}
 }

@@ -34,8 +34,9 @@ type Options struct {
 	Secure bool
 	// DialTimeout bounds connecting (default 10s).
 	DialTimeout time.Duration
-	// MaxRetries is how many times a failed insert is retried with a fresh
-	// batch before Write gives up (default 3; negative means none).
+	// MaxRetries is how many times Write retries a transiently failed insert
+	// with a fresh batch before it gives up (default 0: none, the caller
+	// owns retries — the pipeline retries writes with backoff).
 	MaxRetries int
 	// Logger receives operational messages (default: discarded).
 	Logger *slog.Logger
@@ -85,9 +86,6 @@ func (o *Options) setDefaults() error {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 10 * time.Second
-	}
-	if o.MaxRetries == 0 {
-		o.MaxRetries = 3
 	}
 	if o.MaxRetries < 0 {
 		o.MaxRetries = 0

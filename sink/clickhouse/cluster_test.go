@@ -72,7 +72,7 @@ func TestOptionsValidation(t *testing.T) {
 	if err := o.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if o.Database != "surveysync" || o.MaxRetries != 3 || o.DialTimeout != 10*time.Second || o.Logger == nil || o.Registerer == nil {
+	if o.Database != "surveysync" || o.MaxRetries != 0 || o.DialTimeout != 10*time.Second || o.Logger == nil || o.Registerer == nil {
 		t.Errorf("defaults: %+v", o)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -369,6 +370,9 @@ func TestWriteRejectsBadData(t *testing.T) {
 	}
 	if retryable(err) || time.Since(start) > 5*time.Second {
 		t.Errorf("bad data was retried: %v", err)
+	}
+	if !permanent.Is(err) || permanent.Reason(err) != "bad_value" {
+		t.Errorf("bad data: err = %v (reason %q), want a permanent error with reason bad_value", err, permanent.Reason(err))
 	}
 	if got := testutil.ToFloat64(s.metrics.insertErrors.WithLabelValues("answers")); got != 1 {
 		t.Errorf("insert_errors_total{table=answers} = %v, want 1", got)

@@ -11,6 +11,7 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/apache/arrow/go/v17/arrow"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 )
 
@@ -26,11 +27,15 @@ var uuidColumns = map[string]bool{"response_id": true}
 // are already there. Writing responses first would show, in that window, a
 // new version with no answers at all.
 //
-// Each insert is retried up to Options.MaxRetries times with a fresh batch
-// on transient errors. A retried or repeated write leaves the views
-// unchanged: rows of the same _version are identical and collapse under
-// ReplacingMergeTree (and the views never count them twice).
-// Write returns nil only after ClickHouse acknowledged both inserts.
+// Retries belong to the caller: the pipeline retries a failed Write with
+// backoff. Only with Options.MaxRetries > 0 (off by default) does the sink
+// retry a transient insert failure itself, with a fresh batch. An error
+// that retrying cannot fix (a value the column cannot take, a server
+// exception about the data) is a permanent.Error: the pipeline does not
+// retry it but isolates the responses that cause it. A retried or repeated
+// write leaves the views unchanged: rows of the same _version are identical
+// and collapse under ReplacingMergeTree (and the views never count them
+// twice). Write returns nil only after ClickHouse acknowledged both inserts.
 func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 	if b == nil {
 		return nil
@@ -90,12 +95,42 @@ func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.Record) e
 	defer batch.Close()
 	if err := appendRecord(batch, rec, uuidColumns); err != nil {
 		_ = batch.Abort()
-		return permanent{err}
+		return permanent.New("bad_value", err)
 	}
 	if err := batch.Send(); err != nil {
-		return fmt.Errorf("send: %w", err)
+		err = fmt.Errorf("send: %w", err)
+		if dataException(err) {
+			return permanent.New("insert_rejected", err)
+		}
+		return err
 	}
 	return nil
+}
+
+// dataException reports whether err is a server exception about the
+// inserted values themselves: the same rows would fail again. Exceptions
+// about the schema, permissions or the server's state are not: they are
+// fixed by an operator, and the write must wait for that, not drop rows.
+func dataException(err error) bool {
+	var ex *ch.Exception
+	if !errors.As(err, &ex) {
+		return false
+	}
+	switch ex.Code {
+	case 6, // CANNOT_PARSE_TEXT
+		27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+		38,  // CANNOT_PARSE_DATE
+		41,  // CANNOT_PARSE_DATETIME
+		53,  // TYPE_MISMATCH
+		69,  // ARGUMENT_OUT_OF_BOUND
+		70,  // CANNOT_CONVERT_TYPE
+		72,  // CANNOT_PARSE_NUMBER
+		117, // INCORRECT_DATA
+		131, // TOO_LARGE_STRING_SIZE
+		321: // VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE
+		return true
+	}
+	return false
 }
 
 // insertCtx adds the settings every insert needs. Into a Distributed table
@@ -107,17 +142,11 @@ func (s *Sink) insertCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// permanent marks an error that a retry cannot fix (bad data).
-type permanent struct{ error }
-
-func (p permanent) Unwrap() error { return p.error }
-
 // retryable reports whether an insert error may go away on retry: network
 // errors and the server's transient conditions do; conversion errors and
 // other server exceptions (schema, types) do not.
 func retryable(err error) bool {
-	var p permanent
-	if errors.As(err, &p) {
+	if permanent.Is(err) {
 		return false
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

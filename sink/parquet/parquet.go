@@ -9,6 +9,7 @@
 //	<dir>/responses/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
+//	<dir>/rejects/rejects-<time>-<hash>.jsonl (responses given up on, see WriteRejects)
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
 // date_completed, else of date_created (partial responses); a deleted
@@ -116,7 +117,8 @@ type Options struct {
 }
 
 // Sink writes batches as Parquet files and keeps state in JSON files. It
-// implements pipeline.Sink, pipeline.StateStore and pipeline.SurveyStore.
+// implements pipeline.Sink, pipeline.StateStore, pipeline.SurveyStore and
+// pipeline.RejectStore.
 // Its methods are safe for concurrent use.
 type Sink struct {
 	dir   string
@@ -164,7 +166,7 @@ func Open(o Options) (*Sink, error) {
 	if s.mem == nil {
 		s.mem = memory.DefaultAllocator
 	}
-	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName} {
+	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
 		if err := mkdirAllSync(filepath.Join(o.Dir, d)); err != nil {
 			return nil, fmt.Errorf("parquet sink: %w", err)
 		}
@@ -172,7 +174,7 @@ func Open(o Options) (*Sink, error) {
 	// Only the sink's own folders: others (the default files store) may
 	// live under Dir too.
 	removed := 0
-	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName} {
+	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
 		n, err := removeTempFiles(filepath.Join(o.Dir, d))
 		if err != nil {
 			return nil, fmt.Errorf("parquet sink: clean up temporary files in %s: %w", filepath.Join(o.Dir, d), err)

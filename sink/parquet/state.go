@@ -197,14 +197,19 @@ func (s *Sink) readJSON(name string, v any) error {
 }
 
 // writeJSON replaces <dir>/_state/name with v durably.
-func (s *Sink) writeJSON(name string, v any) (err error) {
+func (s *Sink) writeJSON(name string, v any) error {
 	dir := filepath.Join(s.dir, stateDirName)
-	path := filepath.Join(dir, name)
 	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("parquet sink: encode %s: %w", path, err)
+		return fmt.Errorf("parquet sink: encode %s: %w", filepath.Join(dir, name), err)
 	}
-	raw = append(raw, '\n')
+	return s.writeAtomic(dir, name, append(raw, '\n'))
+}
+
+// writeAtomic replaces dir/name with raw durably: temporary file, fsync,
+// rename, fsync folder.
+func (s *Sink) writeAtomic(dir, name string, raw []byte) (err error) {
+	path := filepath.Join(dir, name)
 	if err := mkdirAllSync(dir); err != nil {
 		return fmt.Errorf("parquet sink: %w", err)
 	}

@@ -70,7 +70,7 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.eff = s.faults.decide(c.op)
-	c.enc = encOpts{upper: c.eff.upper, noTitle: c.eff.noTitle, qfAsDisq: c.eff.qfAsDisq}
+	c.enc = encOpts{upper: c.eff.upper, noTitle: c.eff.noTitle, qfAsDisq: c.eff.qfAsDisq, badDate: c.eff.badDate}
 	if c.eff.variant {
 		c.enc.variant = int(seq % 4)
 	}

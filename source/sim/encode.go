@@ -20,6 +20,24 @@ type encOpts struct {
 	qfAsDisq  bool // quotafull detailed as disqualified (fault quotafull_as_disqualified)
 	strValues bool // values of scale questions as JSON strings ("7")
 	variant   int  // meta spelling: 0 request_id/http_status, 1 requestId/http_status, 2 request_id/status_code, 3 requestId/status_code
+	badDate   int  // 0, or dateFuture / dateInvalid: the detail's last date is broken (faults future_date, invalid_date)
+}
+
+// Broken dates of the future_date and invalid_date faults.
+const (
+	dateFuture  = 1 // 2200-01-01T00:00:00Z: a valid timestamp beyond DateTime's 2106
+	dateInvalid = 2 // "not a date"
+)
+
+// appendDate appends t, or the broken date of fault (when non-zero).
+func appendDate(b []byte, t time.Time, fault int) []byte {
+	switch fault {
+	case dateFuture:
+		return append(b, `"2200-01-01T00:00:00Z"`...)
+	case dateInvalid:
+		return append(b, `"not a date"`...)
+	}
+	return appendTime(b, t)
 }
 
 // appendJSONString appends s as a JSON string. Every string the emulator
@@ -104,10 +122,12 @@ func appendResponse(b []byte, r *survey.Response, o encOpts) []byte {
 	b = append(b, `,"ip_address":`...)
 	b = appendJSONString(b, r.IPAddress)
 	b = append(b, `,"date_created":`...)
-	b = appendTime(b, r.DateCreated.Time)
-	if r.DateCompleted != nil {
+	if r.DateCompleted == nil {
+		b = appendDate(b, r.DateCreated.Time, o.badDate)
+	} else {
+		b = appendTime(b, r.DateCreated.Time)
 		b = append(b, `,"date_completed":`...)
-		b = appendTime(b, r.DateCompleted.Time)
+		b = appendDate(b, r.DateCompleted.Time, o.badDate)
 	}
 	if r.TotalTime != nil {
 		b = append(b, `,"total_time":`...)

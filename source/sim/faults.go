@@ -36,6 +36,11 @@ const (
 	// response as "disqualified", as the real service does (its list
 	// filter still says quotafull).
 	FaultQuotaFullAsDisqualified = "quotafull_as_disqualified"
+	// get_response: a broken detail. future_date sends date_completed (else
+	// date_created) as 2200-01-01T00:00:00Z, a valid timestamp no DateTime
+	// column holds; invalid_date sends it as "not a date".
+	FaultFutureDate  = "future_date"
+	FaultInvalidDate = "invalid_date"
 )
 
 // Fault is an injected misbehaviour of one operation (Op, or "*" for all).
@@ -122,7 +127,8 @@ func (f Fault) validate() error {
 	}
 	if f.statusCode() == 0 {
 		switch f.Kind {
-		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultQuotaFullAsDisqualified:
+		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultQuotaFullAsDisqualified,
+			FaultFutureDate, FaultInvalidDate:
 		default:
 			return fmt.Errorf("sim: fault kind %q unknown", f.Kind)
 		}
@@ -199,6 +205,7 @@ type effects struct {
 	noTitle       bool
 	shift         bool
 	qfAsDisq      bool
+	badDate       int // dateFuture or dateInvalid
 }
 
 func (fs *faultSet) decide(op string) effects {
@@ -221,6 +228,9 @@ func (fs *faultSet) decide(op string) effects {
 			continue
 		}
 		if f.Kind == FaultShift && op != OpListResponses {
+			continue
+		}
+		if (f.Kind == FaultFutureDate || f.Kind == FaultInvalidDate) && op != OpGetResponse {
 			continue
 		}
 		if f.Probability > 0 && fs.rng.float() >= f.Probability {
@@ -250,6 +260,10 @@ func (fs *faultSet) decide(op string) effects {
 			e.shift = true
 		case FaultQuotaFullAsDisqualified:
 			e.qfAsDisq = true
+		case FaultFutureDate:
+			e.badDate = dateFuture
+		case FaultInvalidDate:
+			e.badDate = dateInvalid
 		default:
 			e.status = code
 		}

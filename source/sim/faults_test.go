@@ -365,3 +365,49 @@ func TestQuotaFullAsDisqualifiedFault(t *testing.T) {
 		t.Fatal("the list no longer finds it under quotafull")
 	}
 }
+
+func TestBrokenDateFaults(t *testing.T) {
+	e := newEnv(t, nil)
+	var completed, partial survey.GUID
+	for r := range e.sim.Responses(4574) {
+		switch {
+		case completed == "" && r.DateCompleted != nil:
+			completed = r.ResponseID
+		case partial == "" && r.DateCompleted == nil && r.ResponseStatus == survey.StatusPartial:
+			partial = r.ResponseID
+		}
+	}
+	if completed == "" || partial == "" {
+		t.Fatal("no completed or no partial response to fault")
+	}
+	if err := e.sim.InjectFault(Fault{Op: OpGetResponse, Kind: FaultFutureDate, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// The list is not affected.
+	if l := e.get("/v1/surveys/4574/responses?per_page=5"); strings.Contains(string(l.body), "2200-") {
+		t.Fatal("future_date changed a list page")
+	}
+	a := string(e.get("/v1/surveys/4574/responses/" + string(completed)).body)
+	if !strings.Contains(a, `"date_completed":"2200-01-01T00:00:00Z"`) || strings.Contains(a, `"date_created":"2200`) {
+		t.Fatalf("future_date on a completed response: %s", a)
+	}
+	p := string(e.get("/v1/surveys/4574/responses/" + string(partial)).body)
+	if !strings.Contains(p, `"date_created":"2200-01-01T00:00:00Z"`) {
+		t.Fatalf("future_date on a partial response: %s", p)
+	}
+	// Count 2: the third read is clean.
+	if a := string(e.get("/v1/surveys/4574/responses/" + string(completed)).body); strings.Contains(a, "2200-") {
+		t.Fatal("future_date fired more than Count times")
+	}
+	if err := e.sim.InjectFault(Fault{Op: OpGetResponse, Kind: FaultInvalidDate, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res := e.get("/v1/surveys/4574/responses/" + string(completed))
+	if !strings.Contains(string(res.body), `"date_completed":"not a date"`) {
+		t.Fatalf("invalid_date: %s", res.body)
+	}
+	var r survey.Response
+	if err := json.Unmarshal(res.body, &struct{ Result *survey.Response }{&r}); err == nil {
+		t.Fatal("an invalid date decoded")
+	}
+}
