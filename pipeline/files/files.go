@@ -2,7 +2,7 @@
 // describes the index row (table uploaded_files) each stored file gets.
 //
 // The detection rule is docs/api.md's decision, kept here and nowhere else:
-// the spec's answer object has no file field, so a question whose `type`
+// the API's answer object (docs/api.md §2.5) has no file field, so a question whose `type`
 // contains one of a configurable list of substrings (default "file" and
 // "upload", case-insensitive) carries its file ids as GUIDs in its answers'
 // `text` (possibly several, separated by commas, semicolons or whitespace)

@@ -1,5 +1,5 @@
 // Package poll reads every survey's responses from the list operation and
-// hands each one to the pipeline (DESIGN §5).
+// hands each one to the pipeline (docs/architecture.md).
 //
 // A survey has one stream per list status. The completed, disqualified and
 // quota-full streams read windows of date_completed from the stream's
