@@ -50,7 +50,7 @@ type Ref struct {
 // Options tune the pipeline. Zero values take the defaults noted.
 type Options struct {
 	FetchConcurrency int           // concurrent detail fetches (16)
-	MaxRows          int           // answer rows per batch (100 000)
+	MaxRows          int           // answer rows per batch (30 000, as sync.batch.max_rows)
 	MaxBytes         int           // approximate bytes per batch (64 MiB)
 	MaxDelay         time.Duration // longest a response waits in a batch (1 s)
 	UrgentDelay      time.Duration // longest an Urgent ref waits in a batch (50 ms)
@@ -76,7 +76,7 @@ func (o *Options) defaults() {
 		o.FetchConcurrency = 16
 	}
 	if o.MaxRows <= 0 {
-		o.MaxRows = 100_000
+		o.MaxRows = 30_000
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 64 << 20
@@ -311,8 +311,8 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 	start := p.o.Now()
 	resp, err := p.fetcher.GetResponse(ctx, r.SurveyID, r.ResponseID)
-	p.m.fetchSeconds.Observe(time.Since(start).Seconds())
 	now := p.o.Now()
+	p.m.fetchSeconds.Observe(now.Sub(start).Seconds())
 	it := flatten.Item{
 		SurveyID:   r.SurveyID,
 		ResponseID: r.ResponseID,
@@ -577,7 +577,7 @@ func (p *Pipeline) writeRetry(ctx context.Context, b *flatten.Batch) error {
 	for attempt := 1; ; attempt++ {
 		start := p.o.Now()
 		err := p.sink.Write(ctx, b)
-		p.m.writeSeconds.Observe(time.Since(start).Seconds())
+		p.m.writeSeconds.Observe(p.o.Now().Sub(start).Seconds())
 		if err == nil {
 			p.m.rowsWritten.WithLabelValues(flatten.TableResponses).Add(float64(resp))
 			p.m.rowsWritten.WithLabelValues(flatten.TableAnswers).Add(float64(answers))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/warehouse"
 )
 
 // Event is one webhook delivery as the spool keeps it.
@@ -106,21 +107,9 @@ const (
 	OutcomeRejected  = "rejected"  // Process returned a Permanent error
 )
 
-// LogEntry is one row of the raw webhook log (table webhook_events). Its
-// fields are plain values so that a sink can declare an identical struct
-// and convert with a type conversion, without importing this package.
-type LogEntry struct {
-	EventID     string
-	EventName   string
-	SurveyID    int64
-	ResponseID  string // lower-case GUID; empty when the event has none
-	ReceivedAt  time.Time
-	ProcessedAt time.Time
-	Outcome     string // processed, ignored, rejected
-	Error       string // the Permanent error for rejected events
-	Attempts    int    // Process calls, 0 for ignored events
-	Body        string // raw body
-}
+// LogEntry is one row of the raw webhook log (table webhook_events): the
+// warehouse's entry type, so a warehouse's WebhookLog is an EventLog.
+type LogEntry = warehouse.WebhookEvent
 
 // EventLog keeps the raw log of processed events. LogEvents returns nil only
 // once the entries are durable; it is retried otherwise, and the events

@@ -366,7 +366,7 @@ func (r *Receiver) commit(sp *spool, fd *feeder, batch []*appendReq) {
 	for i, q := range batch {
 		evs[i] = q.ev
 	}
-	start := time.Now()
+	start := r.s.Now()
 	res, err := sp.append(evs, r.s.SpoolMaxEvents, r.s.SpoolMaxBytes)
 	accepted := 0
 	for i, x := range res {
@@ -376,7 +376,7 @@ func (r *Receiver) commit(sp *spool, fd *feeder, batch []*appendReq) {
 		}
 	}
 	if accepted > 0 || err != nil {
-		r.m.commitDur.Observe(time.Since(start).Seconds())
+		r.m.commitDur.Observe(r.s.Now().Sub(start).Seconds())
 		r.m.commitEvents.Observe(float64(accepted))
 		r.setSpoolErr(err)
 	}
@@ -452,9 +452,9 @@ func (r *Receiver) attempt(ctx context.Context, w work) (completion, attemptResu
 	if kind == KindUnknown {
 		return done(OutcomeIgnored, nil, 0)
 	}
-	start := time.Now()
+	start := r.s.Now()
 	err := r.proc.Process(ctx, ev)
-	r.m.processDur.Observe(time.Since(start).Seconds())
+	r.m.processDur.Observe(r.s.Now().Sub(start).Seconds())
 	switch {
 	case err == nil:
 		return done(OutcomeProcessed, nil, attempt)

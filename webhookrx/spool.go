@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/surveysync/surveysync/internal/atomicfile"
 )
 
 // The spool is a write-ahead log in SpoolDir:
@@ -117,14 +119,14 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 	if s.dirf, err = os.Open(dir); err != nil {
 		return fail(fmt.Errorf("webhookrx: spool dir: %w", err))
 	}
-	if s.done, err = openDoneIndex(dir, dedupeIDs, s.dirf); err != nil {
+	if s.done, err = openDoneIndex(dir, dedupeIDs); err != nil {
 		return fail(err)
 	}
 	names, err := segmentNames(dir)
 	if err != nil {
 		return fail(err)
 	}
-	if stale, _ := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix+".tmp")); len(stale) > 0 {
+	if stale, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(stale) > 0 {
 		for _, f := range stale {
 			_ = os.Remove(f) // a compaction cut short; the original is still there
 		}
@@ -174,10 +176,7 @@ func (s *spool) openRetries() error {
 	for seq, n := range s.attempts {
 		fmt.Fprintf(&b, "%d %d\n", seq, n)
 	}
-	if err := writeFileSync(path+".tmp", []byte(b.String())); err != nil {
-		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
@@ -516,16 +515,7 @@ func (s *spool) compactSegment(seg *segment) error {
 		buf.Write(data[sp.off : sp.off+sp.size])
 	}
 	name := segmentName(live[0].seq)
-	tmp := filepath.Join(s.dir, name+".tmp")
-	if err := writeFileSync(tmp, buf.Bytes()); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := s.dirf.Sync(); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, name), buf.Bytes(), 0o600); err != nil {
 		return err
 	}
 	if name != seg.name {
@@ -615,7 +605,6 @@ func (s *spool) close() {
 // across restarts when the spool is empty.
 type doneIndex struct {
 	path   string
-	dirf   *os.File
 	f      *os.File
 	max    int
 	ids    map[string]uint64
@@ -625,8 +614,8 @@ type doneIndex struct {
 	maxSeq uint64
 }
 
-func openDoneIndex(dir string, maxIDs int, dirf *os.File) (*doneIndex, error) {
-	d := &doneIndex{path: filepath.Join(dir, doneName), dirf: dirf, max: maxIDs, ids: map[string]uint64{}}
+func openDoneIndex(dir string, maxIDs int) (*doneIndex, error) {
+	d := &doneIndex{path: filepath.Join(dir, doneName), max: maxIDs, ids: map[string]uint64{}}
 	data, err := os.ReadFile(d.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -714,15 +703,8 @@ func (d *doneIndex) compact() error {
 	for i := range d.ring {
 		write(d.ring[(d.start+i)%len(d.ring)])
 	}
-	tmp := d.path + ".tmp"
-	if err := writeFileSync(tmp, []byte(b.String())); err != nil {
+	if err := atomicfile.WriteFile(d.path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", doneName, err)
-	}
-	if err := os.Rename(tmp, d.path); err != nil {
-		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", doneName, err)
-	}
-	if err := d.dirf.Sync(); err != nil {
-		return fmt.Errorf("webhookrx: spool: sync dir: %w", err)
 	}
 	if d.f != nil {
 		d.f.Close()
@@ -740,20 +722,4 @@ func (d *doneIndex) close() {
 		_ = d.f.Close()
 		d.f = nil
 	}
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

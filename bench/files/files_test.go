@@ -31,6 +31,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
@@ -179,7 +180,7 @@ func TestEmulatorToStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := tg.open(t)
-			ix, err := blob.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +284,7 @@ func TestFilesBenchmark(t *testing.T) {
 		}
 		t.Run(tg.name, func(t *testing.T) {
 			st := tg.open(t)
-			ix, err := blob.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -79,13 +79,7 @@ func TestWebhookToRowLatency(t *testing.T) {
 		sink.Close()
 	}()
 	wl := clickhouse.NewWebhookLog(sink)
-	eventLog := webhookrx.EventLogFunc(func(ctx context.Context, es []webhookrx.LogEntry) error {
-		rows := make([]clickhouse.WebhookEvent, len(es))
-		for i, e := range es {
-			rows[i] = clickhouse.WebhookEvent(e)
-		}
-		return wl.LogWebhookEvents(ctx, rows)
-	})
+	eventLog := wl
 
 	// The pipeline, fed by the receiver's Processor and by the backfill.
 	// pl carries the backfill; whpl the webhooks: the same pipeline, or with
@@ -553,7 +547,6 @@ func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
 	pl := pipeline.New(pipeline.Options{MaxDelay: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, client, sink)
 	plDone := make(chan error, 1)
 	go func() { plDone <- pl.Run(context.Background()) }()
-	wl := clickhouse.NewWebhookLog(sink)
 	proc := webhookrx.ProcessorFunc(func(ctx context.Context, ev webhookrx.Event) error {
 		done := make(chan error, 1)
 		if err := pl.Submit(ctx, pipeline.Ref{SurveyID: ev.Parsed.SurveyID, ResponseID: ev.Parsed.ResponseID, Source: "webhook", Urgent: true, // as cmd/surveysync's processor
@@ -571,13 +564,7 @@ func TestClickHouseDownEventsSpooledThenWritten(t *testing.T) {
 	rx, err := webhookrx.New(webhookrx.Options{
 		Listen: "127.0.0.1:0", Path: "/hooks/e2e-0123456789abcdef", SpoolDir: t.TempDir(), Registerer: reg,
 		RetryMax: 200 * time.Millisecond, LogInterval: 50 * time.Millisecond,
-	}, proc, webhookrx.EventLogFunc(func(ctx context.Context, es []webhookrx.LogEntry) error {
-		rows := make([]clickhouse.WebhookEvent, len(es))
-		for i, e := range es {
-			rows[i] = clickhouse.WebhookEvent(e)
-		}
-		return wl.LogWebhookEvents(ctx, rows)
-	}))
+	}, proc, clickhouse.NewWebhookLog(sink))
 	if err != nil {
 		t.Fatal(err)
 	}

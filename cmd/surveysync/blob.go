@@ -12,10 +12,9 @@ import (
 	gblob "gocloud.dev/blob"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/blob"
-	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
 
@@ -30,34 +29,22 @@ func openBlobStore(ctx context.Context, cfg *config.Config) (*blob.Store, error)
 }
 
 // newCopier builds the uploaded-files copier: downloads through the shared
-// API client, objects into files.url, the index into uploaded_files (or a
-// JSONL file beside the Parquet data).
-func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client, st store, log *slog.Logger, reg prometheus.Registerer) (*blob.Copier, func() error, error) {
+// API client, objects into files.url, the index in the warehouse. The
+// returned func closes the object store.
+func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (*blob.Copier, func() error, error) {
+	idx, err := wh.FileIndex()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Downloads are spooled (hashed, size-checked) before they are stored;
+	// keep the spool beside the data, not in a small /tmp.
+	spoolDir := filepath.Join(cfg.Parquet.Dir, "_files_spool")
+	if err := os.MkdirAll(spoolDir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("files spool: %w", err)
+	}
 	bs, err := openBlobStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("files.url: %w", err)
-	}
-	closers := []func() error{bs.Close}
-	closeAll := func() error {
-		var first error
-		for i := len(closers) - 1; i >= 0; i-- {
-			if err := closers[i](); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	var idx files.Index
-	if ch, ok := st.(*clickhouse.Sink); ok {
-		idx = clickhouse.NewFileIndex(ch)
-	} else {
-		j, err := blob.OpenJSONLIndex(filepath.Join(cfg.Parquet.Dir, "uploaded_files.jsonl"))
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		idx = j
-		closers = append(closers, j.Close)
 	}
 	dl := blob.DownloadFunc(func(ctx context.Context, surveyID int64, responseID, fileID survey.GUID) (*blob.Download, error) {
 		f, err := client.DownloadFile(ctx, surveyID, responseID, fileID)
@@ -66,13 +53,6 @@ func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client
 		}
 		return &blob.Download{Body: f.Body, ContentType: f.ContentType, FileName: f.FileName, Size: f.Size}, nil
 	})
-	// Downloads are spooled (hashed, size-checked) before they are stored;
-	// keep the spool beside the data, not in a small /tmp.
-	spoolDir := filepath.Join(cfg.Parquet.Dir, "_files_spool")
-	if err := os.MkdirAll(spoolDir, 0o750); err != nil {
-		closeAll()
-		return nil, nil, fmt.Errorf("files spool: %w", err)
-	}
 	c := blob.NewCopier(bs, dl, idx, blob.Options{
 		MaxConcurrency:     cfg.Files.MaxConcurrency,
 		MaxSize:            int64(cfg.Files.MaxSize),
@@ -83,7 +63,7 @@ func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client
 		Logger:             log.With("component", "files"),
 		Registerer:         reg,
 	})
-	return c, closeAll, nil
+	return c, bs.Close, nil
 }
 
 // checkBlob checks write access to the object store (doctor): it writes,

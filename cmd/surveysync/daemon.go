@@ -29,6 +29,7 @@ import (
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/sim"
@@ -39,18 +40,6 @@ import (
 type runFlags struct {
 	exitWhenSynced bool
 }
-
-// store is what a sink offers besides writing: checkpoints, surveys, the
-// reject records, and (ClickHouse only) the inventory for reconcile.
-type store interface {
-	pipeline.Sink
-	pipeline.StateStore
-	pipeline.SurveyStore
-	pipeline.RejectStore
-}
-
-// closer is implemented by both sinks.
-type closer interface{ Close() error }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
@@ -134,10 +123,10 @@ func newClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) 
 	})
 }
 
-// openStore opens ClickHouse when configured, else the Parquet sink.
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (store, poll.Inventory, string, error) {
+// openWarehouse opens ClickHouse when configured, else the Parquet directory.
+func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
 	if len(cfg.ClickHouse.Addr) > 0 {
-		s, err := clickhouse.Open(ctx, clickhouse.Options{
+		return clickhouse.OpenWarehouse(ctx, clickhouse.Options{
 			Addr:        cfg.ClickHouse.Addr,
 			Database:    cfg.ClickHouse.Database,
 			Username:    cfg.ClickHouse.Username,
@@ -148,20 +137,12 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, reg pr
 			Logger:      log.With("component", "clickhouse"),
 			Registerer:  reg,
 		})
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return s, s, fmt.Sprintf("ClickHouse %s database %s", s.ServerVersion(), s.Database()), nil
 	}
 	dir, err := filepath.Abs(cfg.Parquet.Dir)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
-	s, err := parquet.Open(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
-	if err != nil {
-		return nil, nil, "", err
-	}
-	return s, nil, "Parquet files under " + dir, nil
+	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
 }
 
 func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, stderr io.Writer) int {
@@ -184,13 +165,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "surveysync_build_info", Help: "Build information; always 1.",
-	}, []string{"version", "goversion"})
-	reg.MustRegister(buildInfo)
-	buildInfo.WithLabelValues(version, goVersion()).Set(1)
+	reg := newRegistry()
 
 	// Two contexts: intake stops on SIGTERM (sources stop reading), work is
 	// cancelled only after the drain timeout (the hard stop).
@@ -212,60 +187,104 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	if err != nil {
 		return fmt.Errorf("api client: %w", err)
 	}
-	st, inv, where, err := openStore(intakeCtx, cfg, log, reg)
+	wh, err := openWarehouse(intakeCtx, cfg, log, reg)
 	if err != nil {
 		return fmt.Errorf("open sink: %w", err)
 	}
-	defer st.(closer).Close()
-
-	var copier *blob.Copier
-	if cfg.Files.Enabled {
-		var closeCopier func() error
-		copier, closeCopier, err = newCopier(intakeCtx, cfg, client, st, log, reg)
-		if err != nil {
-			return fmt.Errorf("files: %w", err)
-		}
-		defer closeCopier()
-	}
-	book, err := newSurveyBook(intakeCtx, st, log.With("component", "surveys"))
+	defer wh.Close()
+	d, err := assemble(intakeCtx, cfg, client, wh, log, reg)
 	if err != nil {
 		return err
 	}
-	var poller *poll.Poller // set before the pipeline runs
-	onResponse := func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
-		// The poller need not fetch again what is written, whoever sent it.
-		if r == nil {
-			poller.Observe(surveyID, responseID, survey.StatusDeleted)
-		} else {
-			poller.Observe(surveyID, responseID, r.ResponseStatus)
-		}
-		if r == nil {
-			if copier != nil {
-				copier.MarkDeleted(surveyID, responseID)
-			}
-			return
-		}
-		book.seen(surveyID, r.SurveyName)
-		if copier != nil {
-			copier.HandleResponse(ctx, r)
+	defer d.close()
+	if cfg.Metrics.Listen != "" {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, log); err != nil {
+			return err
 		}
 	}
+	log.Info("surveysync started", "version", version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
 
-	pipe := pipeline.New(pipeline.Options{
-		OnResponse:       onResponse,
+	work := d.startWork(workCtx)
+	intakeErr := d.runIntake(intakeCtx, cancelIntake, fl, cfg, stdout)
+	if rootCtx.Err() != nil {
+		log.Info("stopping: intake closed, draining the pipeline", "drain_timeout", cfg.Shutdown.DrainTimeout)
+	}
+	d.pipe.CloseInput()
+	stop := time.AfterFunc(cfg.Shutdown.DrainTimeout, func() {
+		log.Warn("drain timeout reached: abandoning unwritten responses (they are read again at the next start)")
+		cancelWork()
+	})
+	workErr := work.Wait()
+	stop.Stop()
+	if intakeErr != nil {
+		return intakeErr
+	}
+	if workErr != nil && !errors.Is(workErr, context.Canceled) {
+		return workErr
+	}
+	log.Info("surveysync stopped cleanly")
+	return nil
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "surveysync_build_info", Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	reg.MustRegister(buildInfo)
+	buildInfo.WithLabelValues(version, goVersion()).Set(1)
+	return reg
+}
+
+// parts are the daemon's components, wired to one warehouse. The optional
+// ones (copier, rx, feeds) are nil when not configured.
+type parts struct {
+	pipe    *pipeline.Pipeline
+	poller  *poll.Poller
+	book    *surveyBook
+	copier  *blob.Copier
+	rx      *webhookrx.Receiver
+	feeds   *feed.Runner
+	health  *health
+	surveys []int64
+	where   string
+	close   func() error // closes the files store
+}
+
+// assemble builds the components: the files copier, the survey book, the
+// pipeline, the poller, the webhook receiver and the feed runner.
+func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (d *parts, err error) {
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), close: func() error { return nil }}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	if cfg.Files.Enabled {
+		copier, closeStore, err := newCopier(ctx, cfg, client, wh, log, reg)
+		if err != nil {
+			return nil, fmt.Errorf("files: %w", err)
+		}
+		d.copier, d.close = copier, closeStore
+	}
+	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
+		return nil, err
+	}
+	d.pipe = pipeline.New(pipeline.Options{
+		OnResponse:       d.onResponse,
 		FetchConcurrency: cfg.Sync.FetchConcurrency,
 		MaxRows:          cfg.Sync.Batch.MaxRows,
 		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
 		MaxDelay:         cfg.Sync.Batch.MaxDelay,
-		Rejects:          st,
+		Rejects:          wh,
 		Logger:           log.With("component", "pipeline"),
 		Registerer:       reg,
-	}, client, st)
-
-	surveys := pollingSet(cfg, book)
-	poller = poll.New(poll.Options{
-		Surveys:               surveys,
-		Ended:                 book.ended(),
+	}, client, wh)
+	d.surveys = pollingSet(cfg, d.book)
+	d.poller = poll.New(poll.Options{
+		Surveys:               d.surveys,
+		Ended:                 d.book.ended(),
 		Webhooks:              cfg.Webhooks.Enabled,
 		MonthlyBudget:         cfg.API.MonthlyBudget,
 		CallCount:             func() int64 { return client.Stats().Total },
@@ -280,144 +299,134 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 		Unreadable:            surveyUnreadable,
 		Logger:                log.With("component", "poll"),
 		Registerer:            reg,
-	}, client, pipe, st, inv)
-
-	h := &health{client: client, sink: st}
-
-	var rx *webhookrx.Receiver
+	}, client, d.pipe, wh, wh.Inventory())
 	if cfg.Webhooks.Enabled {
-		var evlog webhookrx.EventLog
-		if ch, ok := st.(*clickhouse.Sink); ok {
-			wl := clickhouse.NewWebhookLog(ch)
-			evlog = webhookrx.EventLogFunc(func(ctx context.Context, entries []webhookrx.LogEntry) error {
-				rows := make([]clickhouse.WebhookEvent, len(entries))
-				for i, e := range entries {
-					rows[i] = clickhouse.WebhookEvent(e)
-				}
-				return wl.LogWebhookEvents(ctx, rows)
-			})
+		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
+			return nil, fmt.Errorf("webhooks: %w", err)
 		}
-		w := cfg.Webhooks
-		rx, err = webhookrx.New(webhookrx.Options{
-			Listen:                 w.Listen,
-			Path:                   w.Path.Value(),
-			BasicAuthUser:          w.BasicAuth.Username,
-			BasicAuthPassword:      w.BasicAuth.Password.Value(),
-			AllowCIDRs:             w.AllowCIDRs,
-			StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
-			RequireSignature:       w.RequireSignature,
-			SignatureTolerance:     w.SignatureTolerance,
-			MaxBodyBytes:           int64(w.MaxBodyBytes),
-			SpoolDir:               w.SpoolDir,
-			SpoolMaxEvents:         w.SpoolMaxEvents,
-			SpoolMaxBytes:          int64(w.SpoolMaxBytes),
-			Logger:                 log.With("component", "webhooks"),
-			Registerer:             reg,
-		}, &webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: inv, now: time.Now}, evlog)
-		if err != nil {
-			return fmt.Errorf("webhooks: %w", err)
-		}
-		h.checks = append(h.checks, func(context.Context) error { return rx.Ready() })
+		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}
-
-	var feeds *feed.Runner
 	if len(cfg.Feeds) > 0 {
 		for i, f := range cfg.Feeds {
 			if f.Type == config.FeedCSVDir {
 				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
-					return fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
+					return nil, fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
 				}
 			}
 		}
-		var closeLedger func() error
-		feeds, closeLedger, err = newFeedRunner(cfg, client, st, log, reg)
-		if err != nil {
-			return fmt.Errorf("feeds: %w", err)
-		}
-		defer closeLedger()
-	}
-	if cfg.Metrics.Listen != "" {
-		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, log); err != nil {
-			return err
+		if d.feeds, err = newFeedRunner(cfg, client, wh, log, reg); err != nil {
+			return nil, fmt.Errorf("feeds: %w", err)
 		}
 	}
+	return d, nil
+}
 
-	log.Info("surveysync started", "version", version, "sink", where, "surveys", len(surveys), "api", cfg.API.BaseURL)
+// onResponse is the pipeline's hook for every response it wrote: the poller
+// learns its status, the survey book the survey, the copier the files. The
+// poller is set before the pipeline runs.
+func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
+	// The poller need not fetch again what is written, whoever sent it.
+	if r == nil {
+		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
+		if d.copier != nil {
+			d.copier.MarkDeleted(surveyID, responseID)
+		}
+		return
+	}
+	d.poller.Observe(surveyID, responseID, r.ResponseStatus)
+	d.book.seen(surveyID, r.SurveyName)
+	if d.copier != nil {
+		d.copier.HandleResponse(ctx, r)
+	}
+}
 
-	// Work: the pipeline runs until its input is closed and drained; the
-	// copier after it, until the pipeline is done and the work context ends.
-	work, _ := errgroup.WithContext(workCtx)
-	copierCtx, stopCopier := context.WithCancel(workCtx)
-	defer stopCopier()
+// startWork starts the pipeline, which runs until its input is closed and
+// drained, and the copier and the survey book after it, until the pipeline
+// is done and the work context ends.
+func (d *parts) startWork(ctx context.Context) *errgroup.Group {
+	work, _ := errgroup.WithContext(ctx)
+	afterCtx, stopAfter := context.WithCancel(ctx)
 	work.Go(func() error {
-		defer stopCopier() // the pipeline hands over no more files
-		return pipe.Run(workCtx)
+		defer stopAfter() // the pipeline hands over no more files
+		return d.pipe.Run(ctx)
 	})
-	if copier != nil {
-		work.Go(func() error { return copier.Run(copierCtx) })
+	if d.copier != nil {
+		work.Go(func() error { return d.copier.Run(afterCtx) })
 	}
-	work.Go(func() error { return book.run(copierCtx, 10*time.Second) })
+	work.Go(func() error { return d.book.run(afterCtx, 10*time.Second) })
+	return work
+}
 
-	// Intake: the sources stop on SIGTERM (or on a fatal error of theirs).
-	intake, intakeGCtx := errgroup.WithContext(intakeCtx)
-	intake.Go(func() error { return poller.Run(intakeGCtx) })
-	if rx != nil {
-		intake.Go(func() error { return rx.Run(intakeGCtx) })
+// runIntake runs the sources until SIGTERM, a fatal error of theirs, or
+// (with exitWhenSynced) the first full pass.
+func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFlags, cfg *config.Config, stdout io.Writer) error {
+	intake, ctx := errgroup.WithContext(ctx)
+	intake.Go(func() error { return d.poller.Run(ctx) })
+	if d.rx != nil {
+		intake.Go(func() error { return d.rx.Run(ctx) })
 	}
-	if feeds != nil {
-		intake.Go(func() error { return feeds.Run(intakeGCtx) })
+	if d.feeds != nil {
+		intake.Go(func() error { return d.feeds.Run(ctx) })
 	}
 	if fl.exitWhenSynced {
 		intake.Go(func() error {
-			select {
-			case <-poller.FirstPassDone():
-				if failed := poller.FirstPassErrors(); len(failed) > 0 {
-					cancelIntake()
+			if d.waitSynced(ctx) {
+				if failed := d.poller.FirstPassErrors(); len(failed) > 0 {
+					stop()
 					return errUnreadableSurveys(failed)
 				}
-				for copier != nil && !copier.Drained() {
-					select {
-					case <-time.After(200 * time.Millisecond):
-					case <-intakeGCtx.Done():
-						return nil
-					}
-				}
 				var n int64
-				for _, st := range poller.States() {
+				for _, st := range d.poller.States() {
 					n += st.Synced
 				}
-				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, where)
+				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, d.where)
 				printWhereToLook(stdout, cfg)
-				cancelIntake()
-			case <-intakeGCtx.Done():
+				stop()
 			}
 			return nil
 		})
 	}
-	intakeErr := intake.Wait()
-	if rootCtx.Err() != nil {
-		log.Info("stopping: intake closed, draining the pipeline", "drain_timeout", cfg.Shutdown.DrainTimeout)
+	return intake.Wait()
+}
+
+// waitSynced reports whether the poller's first pass ended and the copier
+// drained before ctx did.
+func (d *parts) waitSynced(ctx context.Context) bool {
+	select {
+	case <-d.poller.FirstPassDone():
+	case <-ctx.Done():
+		return false
 	}
-	pipe.CloseInput()
-	drained := make(chan struct{})
-	go func() {
+	for d.copier != nil && !d.copier.Drained() {
 		select {
-		case <-drained:
-		case <-time.After(cfg.Shutdown.DrainTimeout):
-			log.Warn("drain timeout reached: abandoning unwritten responses (they are read again at the next start)")
-			cancelWork()
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return false
 		}
-	}()
-	workErr := work.Wait()
-	close(drained)
-	if intakeErr != nil {
-		return intakeErr
 	}
-	if workErr != nil && !errors.Is(workErr, context.Canceled) {
-		return workErr
-	}
-	log.Info("surveysync stopped cleanly")
-	return nil
+	return true
+}
+
+// newReceiver builds the webhook receiver; it logs events in the
+// warehouse's webhook log when the warehouse has one.
+func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Processor, log *slog.Logger, reg prometheus.Registerer) (*webhookrx.Receiver, error) {
+	w := cfg.Webhooks
+	return webhookrx.New(webhookrx.Options{
+		Listen:                 w.Listen,
+		Path:                   w.Path.Value(),
+		BasicAuthUser:          w.BasicAuth.Username,
+		BasicAuthPassword:      w.BasicAuth.Password.Value(),
+		AllowCIDRs:             w.AllowCIDRs,
+		StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
+		RequireSignature:       w.RequireSignature,
+		SignatureTolerance:     w.SignatureTolerance,
+		MaxBodyBytes:           int64(w.MaxBodyBytes),
+		SpoolDir:               w.SpoolDir,
+		SpoolMaxEvents:         w.SpoolMaxEvents,
+		SpoolMaxBytes:          int64(w.SpoolMaxBytes),
+		Logger:                 log.With("component", "webhooks"),
+		Registerer:             reg,
+	}, p, wh.WebhookLog())
 }
 
 // pollingSet is the configured surveys plus those learned earlier (from
@@ -452,7 +461,7 @@ func printWhereToLook(w io.Writer, cfg *config.Config) {
 // health answers /healthz and /readyz.
 type health struct {
 	client *surveyapi.Client
-	sink   any // pinged when it has Ping(ctx) error
+	sink   interface{ Ping(context.Context) error }
 	checks []func(context.Context) error
 }
 
@@ -461,10 +470,8 @@ func (h *health) ready(ctx context.Context) error {
 	if !h.client.Healthy() {
 		errs = append(errs, fmt.Errorf("api: token rejected: %w", h.client.LastAuthError()))
 	}
-	if p, ok := h.sink.(interface{ Ping(context.Context) error }); ok {
-		if err := p.Ping(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sink: %w", err))
-		}
+	if err := h.sink.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("sink: %w", err))
 	}
 	for _, c := range h.checks {
 		if err := c(ctx); err != nil {

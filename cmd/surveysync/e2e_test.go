@@ -80,13 +80,13 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-type warehouse struct {
+type testWarehouse struct {
 	conn driver.Conn
 	db   string
 	addr string
 }
 
-func clickhouseOrSkip(t *testing.T) *warehouse {
+func clickhouseOrSkip(t *testing.T) *testWarehouse {
 	t.Helper()
 	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
 	if addr == "" {
@@ -96,7 +96,7 @@ func clickhouseOrSkip(t *testing.T) *warehouse {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &warehouse{conn: conn, db: "test_e2e_" + randHex(6), addr: addr}
+	w := &testWarehouse{conn: conn, db: "test_e2e_" + randHex(6), addr: addr}
 	t.Cleanup(func() {
 		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+w.db)
 		conn.Close()
@@ -105,7 +105,7 @@ func clickhouseOrSkip(t *testing.T) *warehouse {
 }
 
 // config writes a YAML configuration for the daemon. extra is appended.
-func writeConfig(t *testing.T, e *emulator, w *warehouse, extra string) string {
+func writeConfig(t *testing.T, e *emulator, w *testWarehouse, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
 	var b strings.Builder
@@ -249,7 +249,7 @@ func optStr(v *string) string {
 	return *v
 }
 
-func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
+func warehouseFingerprints(t *testing.T, w *testWarehouse) map[string]string {
 	t.Helper()
 	out, err := readWarehouse(w)
 	if err != nil {
@@ -258,7 +258,7 @@ func warehouseFingerprints(t *testing.T, w *warehouse) map[string]string {
 	return out
 }
 
-func readWarehouse(w *warehouse) (map[string]string, error) {
+func readWarehouse(w *testWarehouse) (map[string]string, error) {
 	ctx := context.Background()
 	out := map[string]string{}
 	rows, err := w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), survey_id, response_status,
@@ -331,7 +331,7 @@ func diff(want, got map[string]string) string {
 	return fmt.Sprintf("%d differences, first ones:\n%s", n, strings.Join(problems, "\n"))
 }
 
-func waitConverged(t *testing.T, e *emulator, w *warehouse, timeout time.Duration) {
+func waitConverged(t *testing.T, e *emulator, w *testWarehouse, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string
@@ -767,7 +767,7 @@ func TestUndecodableDetailIsRejectedAtFetch(t *testing.T) {
 }
 
 // readRejects returns the rejected responses as id → "stage/reason".
-func readRejects(t *testing.T, w *warehouse) map[string]string {
+func readRejects(t *testing.T, w *testWarehouse) map[string]string {
 	t.Helper()
 	rows, err := w.conn.Query(context.Background(), fmt.Sprintf(
 		"SELECT response_id, any(stage), any(reason), any(error) FROM %s.rejects GROUP BY response_id", w.db))

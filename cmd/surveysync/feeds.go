@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/feed"
 )
 
@@ -63,38 +62,20 @@ func feedOptions(cfg *config.Config, conn feed.QueryConn) ([]feed.Options, error
 	return out, nil
 }
 
-// newFeedRunner builds the feed runner with the ledger of the store in use:
-// ClickHouse's pushed_contacts when configured, else a local file ledger
-// under the Parquet directory.
-func newFeedRunner(cfg *config.Config, api feed.API, st store, log *slog.Logger, reg prometheus.Registerer) (*feed.Runner, func() error, error) {
-	var ledger feed.Ledger
-	var conn feed.QueryConn
-	closeLedger := func() error { return nil }
-	if ch, ok := st.(*clickhouse.Sink); ok {
-		ledger = clickhouse.NewFeedLedger(ch)
-		conn = ch.Conn()
-	} else {
-		fl, err := feed.NewFileLedger(filepath.Join(cfg.Parquet.Dir, "_feeds"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("feed ledger: %w", err)
-		}
-		ledger = fl
-		closeLedger = fl.Close
-	}
-	opts, err := feedOptions(cfg, conn)
+// newFeedRunner builds the feed runner with the warehouse's ledger.
+func newFeedRunner(cfg *config.Config, api feed.API, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (*feed.Runner, error) {
+	ledger, err := wh.FeedLedger()
 	if err != nil {
-		closeLedger()
-		return nil, nil, err
+		return nil, fmt.Errorf("feed ledger: %w", err)
 	}
-	r, err := feed.NewRunner(feed.RunnerOptions{
+	opts, err := feedOptions(cfg, wh.QueryConn())
+	if err != nil {
+		return nil, err
+	}
+	return feed.NewRunner(feed.RunnerOptions{
 		Feeds: opts, API: api, Ledger: ledger, Registerer: reg,
 		Logger: log.With("component", "feed"), ShutdownGrace: cfg.Shutdown.DrainTimeout,
 	})
-	if err != nil {
-		closeLedger()
-		return nil, nil, err
-	}
-	return r, closeLedger, nil
 }
 
 // feedRun runs one feed once; with dryRun it prints what would be pushed
@@ -110,12 +91,12 @@ func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, 
 		fmt.Fprintf(stderr, "surveysync feed run: no feed named %q in the configuration\n", name)
 		return exitUsage
 	}
-	st, _, _, err := openStore(ctx, cfg, log, reg)
+	wh, err := openWarehouse(ctx, cfg, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync feed run:", err)
 		return exitFail
 	}
-	defer st.(closer).Close()
+	defer wh.Close()
 	var api feed.API
 	if !dryRun {
 		if cfg.Demo.Emulator.Enabled {
@@ -130,12 +111,11 @@ func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, 
 		defer c.Close()
 		api = c
 	}
-	r, closeLedger, err := newFeedRunner(cfg, api, st, log, reg)
+	r, err := newFeedRunner(cfg, api, wh, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync feed run:", err)
 		return exitFail
 	}
-	defer closeLedger()
 	if dryRun {
 		err = r.DryRun(ctx, name, stdout)
 	} else {
@@ -154,18 +134,17 @@ func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, 
 func feedResolve(ctx context.Context, cfg *config.Config, name, as string, keys []string, stdout, stderr io.Writer) int {
 	log := newLogger(cfg, stderr)
 	reg := prometheus.NewRegistry()
-	st, _, _, err := openStore(ctx, cfg, log, reg)
+	wh, err := openWarehouse(ctx, cfg, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync feed:", err)
 		return exitFail
 	}
-	defer st.(closer).Close()
-	r, closeLedger, err := newFeedRunner(cfg, nil, st, log, reg)
+	defer wh.Close()
+	r, err := newFeedRunner(cfg, nil, wh, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync feed:", err)
 		return exitFail
 	}
-	defer closeLedger()
 	if as == "" {
 		rows, err := r.Uncertain(ctx, name)
 		if err != nil {

@@ -270,17 +270,22 @@ func printSample(w io.Writer, cur map[string]*currentRow, n int) {
 // queryClickHouse counts responses_current per survey and status.
 func queryClickHouse(ctx context.Context, cfg *config.Config, q queryFlags, stdout, stderr io.Writer) int {
 	log := newLogger(cfg, stderr)
-	st, inv, where, err := openStore(ctx, cfg, log, prometheus.NewRegistry())
+	wh, err := openWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync query:", err)
 		return exitFail
 	}
-	defer st.(closer).Close()
+	defer wh.Close()
+	inv := wh.Inventory()
+	if inv == nil {
+		fmt.Fprintln(stderr, "surveysync query: the warehouse keeps no inventory of current responses")
+		return exitFail
+	}
 	ids := map[int64]string{}
 	if q.survey != 0 {
 		ids[q.survey] = ""
 	} else {
-		states, err := st.LoadStates(ctx)
+		states, err := wh.LoadStates(ctx)
 		if err != nil {
 			fmt.Fprintln(stderr, "surveysync query:", err)
 			return exitFail
@@ -289,14 +294,14 @@ func queryClickHouse(ctx context.Context, cfg *config.Config, q queryFlags, stdo
 			ids[s.SurveyID] = ""
 		}
 	}
-	if surveys, err := st.LoadSurveys(ctx); err == nil {
+	if surveys, err := wh.LoadSurveys(ctx); err == nil {
 		for _, s := range surveys {
 			if _, ok := ids[s.SurveyID]; ok {
 				ids[s.SurveyID] = s.Name
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "%s\n\n", where)
+	fmt.Fprintf(stdout, "%s\n\n", wh)
 	var counts []surveyCount
 	total := 0
 	for id, name := range ids {

@@ -115,7 +115,7 @@ func TestREADMEAsANewUser(t *testing.T) {
 		// The test's stand-in for the real service, and a faster pace than
 		// the example's 10 calls a second.
 		"SURVEYSYNC_API__BASE_URL="+e.srv.URL+"/v1", "SURVEYSYNC_API__RATE_LIMIT=200")
-	var w *warehouse
+	var w *testWarehouse
 	if os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR") != "" {
 		w = clickhouseOrSkip(t)
 		edit("addr: [127.0.0.1:9000]", "addr: ["+w.addr+"]")

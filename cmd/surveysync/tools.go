@@ -21,7 +21,7 @@ import (
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
 )
@@ -36,18 +36,18 @@ func goVersion() string {
 // status prints, per survey and stream, the checkpoint read from the store.
 func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) int {
 	log := newLogger(cfg, stderr)
-	st, _, where, err := openStore(ctx, cfg, log, prometheus.NewRegistry())
+	wh, err := openWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync status:", err)
 		return exitFail
 	}
-	defer st.(closer).Close()
-	states, err := st.LoadStates(ctx)
+	defer wh.Close()
+	states, err := wh.LoadStates(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync status:", err)
 		return exitFail
 	}
-	fmt.Fprintf(stdout, "sync state in %s\n\n", where)
+	fmt.Fprintf(stdout, "sync state in %s\n\n", wh)
 	printStates(stdout, states, statusOptions{now: time.Now(), settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval})
 	printBudget(ctx, stdout, cfg)
 	return exitOK
@@ -282,15 +282,17 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 		}
 	}
 
-	st, _, where, err := openStore(ctx, cfg, log, reg)
+	wh, err := openWarehouse(ctx, cfg, log, reg)
+	where := ""
+	if err == nil {
+		where = wh.String()
+		defer wh.Close()
+	}
 	if len(cfg.ClickHouse.Addr) > 0 {
 		report("clickhouse "+fmt.Sprint(cfg.ClickHouse.Addr)+" ("+where+")", err,
 			"check clickhouse.addr (native port, usually 9000), username, password, and that the user may CREATE in clickhouse.database")
 	} else {
 		report("sink "+where, err, "check parquet.dir is writable")
-	}
-	if err == nil {
-		defer st.(closer).Close()
 	}
 
 	if cfg.Files.Enabled {
@@ -311,8 +313,8 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 				fmt.Sprintf("create the folder (mkdir -p %s) or set feeds[%d].csv_dir.dir", f.CSVDir.Dir, i))
 		case config.FeedClickHouseQuery:
 			var qerr error
-			if ch, ok := st.(*clickhouse.Sink); ok && err == nil {
-				qerr = checkQuery(ctx, ch, f.ClickHouseQuery.Query)
+			if err == nil && wh.QueryConn() != nil {
+				qerr = checkQuery(ctx, wh.QueryConn(), f.ClickHouseQuery.Query)
 			} else {
 				qerr = errors.New("needs a reachable ClickHouse (clickhouse.addr)")
 			}
@@ -359,8 +361,8 @@ func listeners(cfg *config.Config) []listener {
 
 // checkQuery runs a feed's query with no rows wanted: the database, tables
 // and columns must exist and be readable.
-func checkQuery(ctx context.Context, ch *clickhouse.Sink, query string) error {
-	rows, err := ch.Conn().Query(ctx, "SELECT * FROM ("+strings.TrimRight(strings.TrimSpace(query), ";")+") LIMIT 0")
+func checkQuery(ctx context.Context, conn warehouse.QueryConn, query string) error {
+	rows, err := conn.Query(ctx, "SELECT * FROM ("+strings.TrimRight(strings.TrimSpace(query), ";")+") LIMIT 0")
 	if err != nil {
 		return err
 	}

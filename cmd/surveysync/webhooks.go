@@ -9,6 +9,7 @@ import (
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/webhookrx"
@@ -33,7 +34,7 @@ type webhookProcessor struct {
 	poller  *poll.Poller
 	surveys *surveyBook
 	api     surveyLister
-	inv     poll.Inventory // nil without one (Parquet)
+	inv     warehouse.Inventory // nil without one (Parquet)
 	now     func() time.Time
 }
 
@@ -110,12 +111,6 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 	return nil
 }
 
-// responseLookup is an inventory that can look up one response
-// (clickhouse.Sink) instead of listing a whole survey.
-type responseLookup interface {
-	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
-}
-
 // known reports whether a response is in the sink's inventory, for a
 // webhook whose response answered 404: a deletion is written only for a
 // response the warehouse has. Without an inventory (Parquet) it is never
@@ -124,13 +119,5 @@ func (w *webhookProcessor) known(ctx context.Context, surveyID int64, id survey.
 	if w.inv == nil {
 		return false, nil
 	}
-	if l, ok := w.inv.(responseLookup); ok {
-		return l.HasResponse(ctx, surveyID, id) // one point query (ClickHouse)
-	}
-	cur, err := w.inv.CurrentResponses(ctx, surveyID)
-	if err != nil {
-		return false, err
-	}
-	_, ok := cur[id]
-	return ok, nil
+	return w.inv.HasResponse(ctx, surveyID, id)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/webhookrx"
@@ -110,7 +111,7 @@ type webhookEnv struct {
 
 // startWebhooks wires the receiver, the processor, a pipeline into a
 // Parquet sink and the API client against the stub, as the daemon does.
-func startWebhooks(t *testing.T, apiURL string, inv ...poll.Inventory) *webhookEnv {
+func startWebhooks(t *testing.T, apiURL string, inv ...warehouse.Inventory) *webhookEnv {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := surveyapi.New(surveyapi.Options{BaseURL: apiURL + "/v1", Token: "test-token", UserAgent: "surveysync-test (test@example.cz)",
@@ -280,7 +281,7 @@ func TestLaunchedUnreadableSurveyAndUnseen404(t *testing.T) {
 	waitUntil(t, "a written response", 10*time.Second, func() bool { return len(files()) > 0 })
 }
 
-func firstInv(inv []poll.Inventory) poll.Inventory {
+func firstInv(inv []warehouse.Inventory) warehouse.Inventory {
 	if len(inv) == 0 {
 		return nil
 	}
@@ -295,6 +296,10 @@ func (f fakeInventory) CurrentResponses(_ context.Context, surveyID int64) (map[
 		return nil, nil
 	}
 	return map[survey.GUID]string{f.known: "completed"}, nil
+}
+
+func (f fakeInventory) HasResponse(_ context.Context, surveyID int64, id survey.GUID) (bool, error) {
+	return surveyID == readableSurvey && id == f.known, nil
 }
 
 // With an inventory, a webhook 404 for a response the warehouse has is a

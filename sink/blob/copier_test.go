@@ -23,6 +23,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
+	"github.com/surveysync/surveysync/sink/parquet"
 )
 
 func TestMain(m *testing.M) {
@@ -172,7 +173,7 @@ func TestCutDownloadLeavesNothingThenSucceeds(t *testing.T) {
 			fs.add(r.FileID, fileSpec{size: size, name: czechName})
 			fs.cutNext(r.FileID, size/2)
 			opts := testOptions(t)
-			ix, err := OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,8 +218,8 @@ func TestRerunCopiesNothing(t *testing.T) {
 		fs := newFileServer(t)
 		resp := responseWithFiles(fs, 4574, guid(0xabc00000, 1), 12, 40<<10)
 		ixPath := filepath.Join(t.TempDir(), "uploaded_files.jsonl")
-		run := func() (*Copier, *JSONLIndex) {
-			ix, err := OpenJSONLIndex(ixPath)
+		run := func() (*Copier, *parquet.JSONLIndex) {
+			ix, err := parquet.OpenJSONLIndex(ixPath)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +282,7 @@ func TestSizeCap(t *testing.T) {
 	fs.add(r.FileID, fileSpec{size: 100 << 10})
 	opts := testOptions(t)
 	opts.MaxSize = 64 << 10
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, opts)
 	_, err := c.Copy(context.Background(), r)
@@ -323,7 +324,7 @@ func TestSizeCap(t *testing.T) {
 func TestNotFoundIsPermanent(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-00000000dead")
@@ -344,7 +345,7 @@ func TestNotFoundIsPermanent(t *testing.T) {
 func TestServerErrorsRetried(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000003")
@@ -364,7 +365,7 @@ func TestServerErrorsRetried(t *testing.T) {
 func TestQueueFullDefersToIndex(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	opts := testOptions(t)
 	opts.QueueSize = 3
@@ -389,7 +390,7 @@ func TestShutdownRecordsPendingAndRestartCopiesThem(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
 	ixPath := filepath.Join(t.TempDir(), "ix.jsonl")
-	ix, _ := OpenJSONLIndex(ixPath)
+	ix, _ := parquet.OpenJSONLIndex(ixPath)
 	resp := responseWithFiles(fs, 9, guid(0x45600000, 3), 6, 1000)
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	c.HandleResponse(context.Background(), resp)
@@ -402,7 +403,7 @@ func TestShutdownRecordsPendingAndRestartCopiesThem(t *testing.T) {
 	}
 	ix.Close()
 
-	ix2, err := OpenJSONLIndex(ixPath)
+	ix2, err := parquet.OpenJSONLIndex(ixPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +421,7 @@ func TestMarkDeleted(t *testing.T) {
 		t.Run(map[bool]string{false: "mark", true: "remove"}[remove], func(t *testing.T) {
 			st, _ := fileStore(t)
 			fs := newFileServer(t)
-			ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+			ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 			defer ix.Close()
 			opts := testOptions(t)
 			opts.DeleteWithResponse = remove
@@ -465,7 +466,7 @@ func TestS3OutageLosesNothing(t *testing.T) {
 	v := blobtest.Start(t)
 	st := s3Store(t, v, "outage")
 	fs := newFileServer(t)
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	opts := testOptions(t)
 	c := NewCopier(st, fs.downloader(), ix, opts)
@@ -500,7 +501,7 @@ func TestS3OutageLosesNothing(t *testing.T) {
 // discoveringIndex is a JSONL index that also reports files "named in
 // stored answers" (the ClickHouse index's files.Discoverer).
 type discoveringIndex struct {
-	*JSONLIndex
+	*parquet.JSONLIndex
 	refs []files.FileRef
 }
 
@@ -517,7 +518,7 @@ func (d *discoveringIndex) Undiscovered(ctx context.Context, typeMatch []string,
 func TestDiscoveredFilesAreCopied(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	jx, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	jx, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer jx.Close()
 	resp := responseWithFiles(fs, 8, guid(0xd15c0000, 1), 5, 700)
 	ix := &discoveringIndex{JSONLIndex: jx, refs: files.FindFiles(resp, nil)}
@@ -548,7 +549,7 @@ func TestMetricsLint(t *testing.T) {
 func TestDrainedIgnoresWaitingRetries(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	opts := testOptions(t)
 	opts.RetryInitial = time.Hour
@@ -694,7 +695,7 @@ func TestS3PutCancelledLeavesNothing(t *testing.T) {
 // the size cap's error is a permanent.Error too.
 func TestSharedPermanentErrorIsPermanent(t *testing.T) {
 	st, _ := fileStore(t)
-	ix, _ := OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
 	defer ix.Close()
 	var calls atomic.Int64
 	dl := DownloadFunc(func(ctx context.Context, s int64, rid, fid survey.GUID) (*Download, error) {

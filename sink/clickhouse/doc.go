@@ -2,8 +2,8 @@
 // pipeline writes Arrow batches to, the store of stream checkpoints
 // (sync_state) and known surveys (surveys), and the home of the feature
 // stores other files of this package add (webhook_events, feed ledgers,
-// uploaded_files). docs/schema.md describes every table and view for
-// analysts.
+// uploaded_files); OpenWarehouse returns them as one warehouse.Warehouse.
+// docs/schema.md describes every table and view for analysts.
 //
 // # Schema and migrations
 //

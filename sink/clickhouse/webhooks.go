@@ -4,24 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
-)
 
-// WebhookEvent is one row of webhook_events, the raw log of processed
-// webhooks. Its fields are exactly those of webhookrx.LogEntry, so cmd
-// converts one into the other with a type conversion
-// (clickhouse.WebhookEvent(entry)) without this package importing webhookrx.
-type WebhookEvent struct {
-	EventID     string
-	EventName   string
-	SurveyID    int64
-	ResponseID  string // lower-case GUID; empty when the event has none (stored as NULL)
-	ReceivedAt  time.Time
-	ProcessedAt time.Time
-	Outcome     string // processed, ignored, rejected
-	Error       string
-	Attempts    int
-	Body        string
-}
+	"github.com/surveysync/surveysync/sink/warehouse"
+)
 
 // WebhookLog writes webhook_events (migration 0010).
 type WebhookLog struct{ s *Sink }
@@ -29,10 +14,10 @@ type WebhookLog struct{ s *Sink }
 // NewWebhookLog returns the webhook event log on s.
 func NewWebhookLog(s *Sink) *WebhookLog { return &WebhookLog{s: s} }
 
-// LogWebhookEvents appends one row per event in one insert. It returns nil
+// LogEvents appends one row per event in one insert. It returns nil
 // only once the rows are written. Logging an event again (same event_id)
 // adds a row that merges collapse (ReplacingMergeTree(_version)).
-func (l *WebhookLog) LogWebhookEvents(ctx context.Context, events []WebhookEvent) error {
+func (l *WebhookLog) LogEvents(ctx context.Context, events []warehouse.WebhookEvent) error {
 	if len(events) == 0 {
 		return nil
 	}

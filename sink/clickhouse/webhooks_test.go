@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 
-// The conversion cmd uses must keep compiling: WebhookEvent mirrors
-// webhookrx.LogEntry field for field.
-var _ = WebhookEvent(webhookrx.LogEntry{})
+// The webhook log is what the receiver logs to.
+var _ webhookrx.EventLog = (*WebhookLog)(nil)
 
 func TestWebhookLog(t *testing.T) {
 	t.Run("single", func(t *testing.T) { testWebhookLog(t, nil, "webhook_events") })
@@ -26,17 +26,17 @@ func testWebhookLog(t *testing.T, mod func(*Options), storage string) {
 	ctx := ctxT(t)
 	log := NewWebhookLog(s)
 	recv := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
-	events := []WebhookEvent{
+	events := []warehouse.WebhookEvent{
 		{EventID: "msg_1", EventName: "response_received", SurveyID: 4574, ResponseID: "da453b67-791e-4d4d-9009-75b1ed8a33c1",
 			ReceivedAt: recv, ProcessedAt: recv.Add(time.Second), Outcome: "processed", Attempts: 2,
 			Body: `{"event_name":"response_received","survey_id":4574,"response_id":"DA453B67-791E-4D4D-9009-75B1ED8A33C1"}`},
 		{EventID: "3b1f", EventName: "survey_paused", ReceivedAt: recv, Outcome: "ignored", Body: `{"event_name":"survey_paused","note":"Průzkum"}`},
 	}
-	if err := log.LogWebhookEvents(ctx, events); err != nil {
+	if err := log.LogEvents(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	// A re-log after a crash collapses to one row per event.
-	if err := log.LogWebhookEvents(ctx, events[:1]); err != nil {
+	if err := log.LogEvents(ctx, events[:1]); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Conn().Exec(ctx, "OPTIMIZE TABLE "+s.table(storage)+" FINAL"); err != nil {
@@ -82,7 +82,7 @@ func testWebhookLog(t *testing.T, mod func(*Options), storage string) {
 
 func TestWebhookLogEmpty(t *testing.T) {
 	log := NewWebhookLog(nil)
-	if err := log.LogWebhookEvents(context.Background(), nil); err != nil {
+	if err := log.LogEvents(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 }

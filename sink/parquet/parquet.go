@@ -1,7 +1,8 @@
-// Package parquet is surveysync's embedded default sink: it writes the
+// Package parquet is surveysync's embedded default warehouse: it writes the
 // responses and answers tables as Parquet files in a local directory, and
 // keeps the stream checkpoints and survey list in small JSON files beside
-// them. It is what runs when no ClickHouse is configured, and a way to feed
+// them, the uploaded-files index and the feed ledger in JSONL files
+// (OpenWarehouse). It is what runs when no ClickHouse is configured, and a way to feed
 // a data lake.
 //
 // # Layout
@@ -10,6 +11,7 @@
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
 //	<dir>/rejects/rejects-<time>-<hash>.jsonl (responses given up on, see WriteRejects)
+//	<dir>/uploaded_files.jsonl, <dir>/_feeds/<feed>.{contacts,sends}.jsonl
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
 // date_completed, else of date_created (partial responses); a deleted
@@ -99,6 +101,7 @@ import (
 	"github.com/apache/arrow/go/v17/parquet/compress"
 	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 )
 
@@ -134,11 +137,7 @@ type Sink struct {
 	testHookBeforeRename func(tmp string) error
 }
 
-const (
-	stateDirName = "_state"
-	tmpPrefix    = "."
-	tmpSuffix    = ".tmp"
-)
+const stateDirName = "_state"
 
 var codecs = map[string]compress.Compression{
 	"":             compress.Codecs.Zstd,
@@ -167,7 +166,7 @@ func Open(o Options) (*Sink, error) {
 		s.mem = memory.DefaultAllocator
 	}
 	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
-		if err := mkdirAllSync(filepath.Join(o.Dir, d)); err != nil {
+		if err := atomicfile.MkdirAll(filepath.Join(o.Dir, d)); err != nil {
 			return nil, fmt.Errorf("parquet sink: %w", err)
 		}
 	}
@@ -194,7 +193,7 @@ func removeTempFiles(dir string) (int, error) {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() && isTemp(d.Name()) {
+		if d.Type().IsRegular() && atomicfile.IsTemp(d.Name()) {
 			if err := os.Remove(path); err != nil {
 				return err
 			}
@@ -203,10 +202,6 @@ func removeTempFiles(dir string) (int, error) {
 		return nil
 	})
 	return n, err
-}
-
-func isTemp(name string) bool {
-	return strings.HasPrefix(name, tmpPrefix) && strings.HasSuffix(name, tmpSuffix)
 }
 
 // Close marks the sink closed; later calls fail. Every Write that returned
@@ -279,58 +274,43 @@ func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.Re
 	return nil
 }
 
-// writeFile writes rec to path durably: temporary file, fsync, rename,
-// fsync of the folder. On error no temporary file is left behind.
-func (s *Sink) writeFile(dir, path string, rec arrow.Record) (err error) {
-	if err := mkdirAllSync(dir); err != nil {
+// writeFile writes rec to path durably (atomicfile): a reader never sees
+// a partial file, and on error no temporary file is left behind.
+func (s *Sink) writeFile(dir, path string, rec arrow.Record) error {
+	if err := atomicfile.MkdirAll(dir); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, tmpPrefix+filepath.Base(path)+"-*"+tmpSuffix)
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
+	return atomicfile.Write(path, 0o600, func(f *os.File) error {
+		bw := bufio.NewWriterSize(f, 256<<10) // not an io.Closer: the Parquet writer must not close f
+		props := parquet.NewWriterProperties(
+			parquet.WithCompression(s.codec),
+			parquet.WithAllocator(s.mem),
+			parquet.WithCreatedBy("surveysync"),
+		)
+		w, err := pqarrow.NewFileWriter(rec.Schema(), bw, props,
+			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(s.mem)))
 		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 256<<10) // not an io.Closer: the Parquet writer must not close f
-	props := parquet.NewWriterProperties(
-		parquet.WithCompression(s.codec),
-		parquet.WithAllocator(s.mem),
-		parquet.WithCreatedBy("surveysync"),
-	)
-	w, err := pqarrow.NewFileWriter(rec.Schema(), bw, props,
-		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(s.mem)))
-	if err != nil {
-		return err
-	}
-	if err := w.Write(rec); err != nil {
-		return err // Write closed w on error
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if s.testHookBeforeRename != nil {
-		if err := s.testHookBeforeRename(tmp); err != nil {
 			return err
 		}
+		if err := w.Write(rec); err != nil {
+			return err // Write closed w on error
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return s.beforeRename(f.Name())
+	})
+}
+
+// beforeRename runs the test hook, if any, on a written temporary file.
+func (s *Sink) beforeRename(tmp string) error {
+	if s.testHookBeforeRename == nil {
+		return nil
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return s.testHookBeforeRename(tmp)
 }
 
 // partKey is a partition: a survey and a UTC day.
@@ -531,43 +511,4 @@ func (p *partitioning) record(i int, rec arrow.Record, mem memory.Allocator) (ar
 		cols[c] = col
 	}
 	return array.NewRecord(rec.Schema(), cols, n), nil
-}
-
-// mkdirAllSync creates dir and its missing parents, fsyncing the parent of
-// each folder it creates so that the new entries survive a crash.
-func mkdirAllSync(dir string) error {
-	if fi, err := os.Stat(dir); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("%s is not a folder", dir)
-		}
-		return nil
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := mkdirAllSync(parent); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil // created concurrently
-		}
-		return err
-	}
-	return syncDir(parent)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync folder %s: %w", dir, err)
-	}
-	return nil
 }

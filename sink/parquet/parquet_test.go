@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -223,7 +224,7 @@ func tempFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && isTemp(d.Name()) {
+		if err == nil && !d.IsDir() && atomicfile.IsTemp(d.Name()) {
 			out = append(out, path)
 		}
 		return nil
@@ -338,7 +339,7 @@ func TestNoPartialFileVisible(t *testing.T) {
 	// is visible and nothing is left behind.
 	boom := errors.New("disk on fire")
 	s.testHookBeforeRename = func(tmp string) error {
-		if !isTemp(filepath.Base(tmp)) || strings.HasSuffix(tmp, ".parquet") {
+		if !atomicfile.IsTemp(filepath.Base(tmp)) || strings.HasSuffix(tmp, ".parquet") {
 			t.Errorf("temporary name %s would be visible to readers", tmp)
 		}
 		return boom
@@ -370,7 +371,7 @@ func TestNoPartialFileVisible(t *testing.T) {
 
 	// A crash leaves a temporary file: readers' globs skip it, Open removes it.
 	part := filepath.Join(dir, "answers", "survey_id=4574", "date=2026-03-01")
-	leftover := filepath.Join(part, ".part-"+b.Token+".parquet-123"+tmpSuffix)
+	leftover := filepath.Join(part, ".part-"+b.Token+".parquet-123.tmp")
 	if err := os.WriteFile(leftover, []byte("PAR1 half a file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +380,7 @@ func TestNoPartialFileVisible(t *testing.T) {
 	}
 	// Other stores under the same folder (the default files store) keep
 	// their temporary files.
-	foreign := filepath.Join(dir, "files", ".upload-1"+tmpSuffix)
+	foreign := filepath.Join(dir, "files", ".upload-1.tmp")
 	if err := os.MkdirAll(filepath.Dir(foreign), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +501,7 @@ func TestStateFiles(t *testing.T) {
 	s.Close()
 
 	// A crash mid-save leaves a temporary file; it is ignored and removed.
-	if err := os.WriteFile(filepath.Join(dir, "_state", ".sync_state.json-1"+tmpSuffix), []byte("{"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "_state", ".sync_state.json-1.tmp"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s2, err := Open(Options{Dir: dir})

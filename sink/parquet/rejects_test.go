@@ -102,7 +102,7 @@ func TestWriteRejectsNoPartialFile(t *testing.T) {
 		// Simulate a crash: leave a copy of the temporary file behind, as a
 		// killed process would, and fail the write.
 		b, _ := os.ReadFile(tmp)
-		_ = os.WriteFile(filepath.Join(filepath.Dir(tmp), ".crashed"+tmpSuffix), b, 0o644)
+		_ = os.WriteFile(filepath.Join(filepath.Dir(tmp), ".crashed.tmp"), b, 0o644)
 		return errors.New("crash")
 	}
 	err = s.WriteRejects(context.Background(), []pipeline.Reject{{SurveyID: 1, ResponseID: "x", Stage: "fetch", Reason: "decode", RejectedAt: time.Now()}})

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline"
 )
 
@@ -206,41 +207,20 @@ func (s *Sink) writeJSON(name string, v any) error {
 	return s.writeAtomic(dir, name, append(raw, '\n'))
 }
 
-// writeAtomic replaces dir/name with raw durably: temporary file, fsync,
-// rename, fsync folder.
-func (s *Sink) writeAtomic(dir, name string, raw []byte) (err error) {
+// writeAtomic replaces dir/name with raw durably (internal/atomicfile).
+func (s *Sink) writeAtomic(dir, name string, raw []byte) error {
 	path := filepath.Join(dir, name)
-	if err := mkdirAllSync(dir); err != nil {
+	if err := atomicfile.MkdirAll(dir); err != nil {
 		return fmt.Errorf("parquet sink: %w", err)
 	}
-	f, err := os.CreateTemp(dir, tmpPrefix+name+"-*"+tmpSuffix)
-	if err != nil {
-		return fmt.Errorf("parquet sink: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("parquet sink: write %s: %w", path, err)
-		}
-	}()
-	if _, err := f.Write(raw); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if s.testHookBeforeRename != nil {
-		if err := s.testHookBeforeRename(tmp); err != nil {
+	err := atomicfile.Write(path, 0o600, func(f *os.File) error {
+		if _, err := f.Write(raw); err != nil {
 			return err
 		}
+		return s.beforeRename(f.Name())
+	})
+	if err != nil {
+		return fmt.Errorf("parquet sink: write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return nil
 }

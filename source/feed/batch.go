@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -135,7 +137,7 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 	keys := make(map[keyID]uint8)
 	batchPushed := map[string]int64{}
 	open := map[keyID]ContactEntry{} // intents not (yet) settled
-	start := time.Now()
+	start := f.now()
 	var n int64
 	err := f.ledger.LoadContacts(ctx, f.opts.Name, func(e ContactEntry) error {
 		n++
@@ -190,7 +192,7 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 		}
 	}
 	f.log.Info("feed ledger loaded", "feed", f.opts.Name, "records", n, "keys", len(keys),
-		"uncertain", uncertain, "took", time.Since(start).Round(time.Millisecond))
+		"uncertain", uncertain, "took", f.now().Sub(start).Round(time.Millisecond))
 	if dry {
 		f.loadedDry = true // a real run loads again and settles open intents
 	} else {
@@ -249,12 +251,14 @@ type batchRun struct {
 	dry     bool
 	dryKeys map[keyID]bool
 
-	mu  sync.Mutex // guards sum, err and calls to emit
+	mu  sync.Mutex // guards sum and calls to emit
 	sum Summary
-	err error // first error of a background chunk
 
-	slots chan struct{} // chunks with intents recorded and outcomes not yet recorded
-	wg    sync.WaitGroup
+	// chunks runs each chunk from its intents to its outcomes,
+	// pipelineDepth at a time; failed ends at its first error (or the hard
+	// stop), and then no chunk starts.
+	chunks *errgroup.Group
+	failed context.Context
 }
 
 // pipelineDepth is how many chunks may be between their intent and their
@@ -278,8 +282,7 @@ func (f *feed) runBatch(ctx context.Context, batchID, file string, next rowIter,
 // client disconnect lets the chunks already started finish (their calls are
 // bounded by the API client's timeout) and their outcomes be recorded.
 func (f *feed) runBatchStop(ctx, shutdown context.Context, batchID, file string, next rowIter, emit func(RowResult), dry bool) (Summary, error) {
-	b := &batchRun{f: f, id: batchID, file: file, emit: emit, dry: dry, sum: Summary{BatchID: batchID},
-		slots: make(chan struct{}, pipelineDepth)}
+	b := &batchRun{f: f, id: batchID, file: file, emit: emit, dry: dry, sum: Summary{BatchID: batchID}}
 	if dry {
 		b.dryKeys = map[keyID]bool{}
 	}
@@ -293,13 +296,12 @@ func (f *feed) runBatchStop(ctx, shutdown context.Context, batchID, file string,
 	stop := context.AfterFunc(shutdown, func() { time.AfterFunc(f.grace, cancelWork) })
 	defer stop()
 
+	b.chunks, b.failed = errgroup.WithContext(work)
+	b.chunks.SetLimit(pipelineDepth)
 	err := b.read(ctx, work, next)
-	b.wg.Wait()
-	b.mu.Lock()
-	if err == nil {
-		err = b.err
+	if cerr := b.chunks.Wait(); err == nil {
+		err = cerr
 	}
-	b.mu.Unlock()
 	if err == nil {
 		err = b.send(work)
 	}
@@ -310,61 +312,43 @@ func (f *feed) runBatchStop(ctx, shutdown context.Context, batchID, file string,
 func (b *batchRun) read(ctx, work context.Context, next rowIter) error {
 	f := b.f
 	chunk := make([]pending, 0, f.opts.ChunkRows)
-	release := func() {
+	release := func(chunk []pending) {
 		f.mu.Lock()
 		for _, p := range chunk {
 			delete(f.keys, p.id)
 		}
 		f.mu.Unlock()
 	}
-	dispatch := func() error {
-		select {
-		case b.slots <- struct{}{}:
-		case <-work.Done():
-			release()
-			return work.Err()
-		}
-		// A chunk that finished meanwhile may have stopped the batch.
-		b.mu.Lock()
-		err := b.err
-		b.mu.Unlock()
-		if err != nil {
-			<-b.slots
-			release()
-			return err
-		}
-		entries, err := b.begin(work, chunk)
-		if err != nil {
-			<-b.slots
-			return err
-		}
+	dispatch := func() {
 		c := chunk
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer func() { <-b.slots }()
-			if err := b.finish(work, c, entries); err != nil {
-				b.mu.Lock()
-				if b.err == nil {
-					b.err = err
-				}
-				b.mu.Unlock()
-			}
-		}()
 		chunk = make([]pending, 0, f.opts.ChunkRows)
-		return nil
+		b.chunks.Go(func() error { // waits for one of the pipelineDepth slots
+			if b.failed.Err() != nil { // a chunk failed meanwhile, or the hard stop
+				release(c)
+				return work.Err()
+			}
+			entries, err := b.begin(work, c)
+			if err != nil {
+				return err
+			}
+			return b.finish(work, c, entries)
+		})
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			release()
+			release(chunk)
 			return err
+		}
+		if b.failed.Err() != nil {
+			release(chunk)
+			return work.Err() // nil when a chunk failed: Wait reports its error
 		}
 		row, err := next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			release()
+			release(chunk)
 			return err
 		}
 		if row.problem != nil {
@@ -387,13 +371,11 @@ func (b *batchRun) read(ctx, work context.Context, next rowIter) error {
 		}
 		chunk = append(chunk, pending{line: row.line, key: key, id: id, contact: c})
 		if len(chunk) == cap(chunk) {
-			if err := dispatch(); err != nil {
-				return err
-			}
+			dispatch()
 		}
 	}
 	if len(chunk) > 0 {
-		return dispatch()
+		dispatch()
 	}
 	return nil
 }

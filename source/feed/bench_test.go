@@ -20,6 +20,7 @@ import (
 	"time"
 
 	chsink "github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
@@ -102,7 +103,7 @@ func benchChild() {
 		defer s.Close()
 		ledger = chsink.NewFeedLedger(s)
 	} else {
-		l, err := feed.NewFileLedger(os.Getenv("FEED_LEDGER"))
+		l, err := parquet.NewFileLedger(os.Getenv("FEED_LEDGER"))
 		if err != nil {
 			fail(err)
 		}

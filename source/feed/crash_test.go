@@ -13,6 +13,7 @@ import (
 	"time"
 
 	chsink "github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/source/surveyapi"
@@ -36,7 +37,7 @@ func crashChild() {
 		}
 		l = chsink.NewFeedLedger(s)
 	} else {
-		fl, err := feed.NewFileLedger(os.Getenv("FEED_LEDGER"))
+		fl, err := parquet.NewFileLedger(os.Getenv("FEED_LEDGER"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)

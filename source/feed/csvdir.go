@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/surveysync/surveysync/internal/atomicfile"
 )
 
 const (
@@ -243,15 +245,8 @@ func (d csvDir) process(ctx context.Context, claimed string) error {
 }
 
 // writeReport writes rep with the problems streamed from pf (JSON lines),
-// through a temporary file renamed into place.
+// atomically (internal/atomicfile).
 func (d csvDir) writeReport(path string, rep *FileReport, pf *os.File) error {
-	tmp := path + ".tmp"
-	out, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	w := bufio.NewWriter(out)
 	head, err := json.MarshalIndent(struct {
 		Feed       string    `json:"feed"`
 		File       string    `json:"file"`
@@ -262,43 +257,30 @@ func (d csvDir) writeReport(path string, rep *FileReport, pf *os.File) error {
 		Summary    Summary   `json:"summary"`
 	}{rep.Feed, rep.File, rep.Claimed, rep.StartedAt, rep.FinishedAt, rep.Error, rep.Summary}, "", "  ")
 	if err != nil {
-		out.Close()
 		return err
 	}
-	w.Write(head[:len(head)-1]) // drop the closing brace
-	w.WriteString(",\n  \"problems\": [")
 	if _, err := pf.Seek(0, io.SeekStart); err != nil {
-		out.Close()
 		return err
 	}
-	sc := bufio.NewScanner(pf)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	first := true
-	for sc.Scan() {
-		if !first {
-			w.WriteByte(',')
+	return atomicfile.Write(path, 0o644, func(out *os.File) error {
+		w := bufio.NewWriter(out)
+		w.Write(head[:len(head)-1]) // drop the closing brace
+		w.WriteString(",\n  \"problems\": [")
+		sc := bufio.NewScanner(pf)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for first := true; sc.Scan(); first = false {
+			if !first {
+				w.WriteByte(',')
+			}
+			w.WriteString("\n    ")
+			w.Write(sc.Bytes())
 		}
-		first = false
-		w.WriteString("\n    ")
-		w.Write(sc.Bytes())
-	}
-	if err := sc.Err(); err != nil {
-		out.Close()
-		return err
-	}
-	w.WriteString("\n  ]\n}\n")
-	if err := w.Flush(); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+		if err := sc.Err(); err != nil {
+			return err
+		}
+		w.WriteString("\n  ]\n}\n")
+		return w.Flush()
+	})
 }
 
 // ReadFileReport reads a report written by a csv_dir feed.

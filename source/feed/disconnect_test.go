@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 )
@@ -18,7 +19,7 @@ import (
 // slowLedger is a ledger like ClickHouse: a write takes a while and fails
 // when its context ends first. Outcome records (not intents) take delay.
 type slowLedger struct {
-	*feed.FileLedger
+	*parquet.FileLedger
 	delay time.Duration
 }
 
@@ -48,7 +49,7 @@ func TestHTTPClientDisconnectRecordsKnownOutcomes(t *testing.T) {
 	defer svc.Close()
 	svc.Delay = 20 * time.Millisecond
 	ledgerDir := t.TempDir()
-	fl, err := feed.NewFileLedger(ledgerDir)
+	fl, err := parquet.NewFileLedger(ledgerDir)
 	if err != nil {
 		t.Fatal(err)
 	}

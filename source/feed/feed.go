@@ -36,9 +36,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-
 	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/warehouse"
 )
 
 // Feed types.
@@ -120,13 +119,11 @@ type HTTPOptions struct {
 // QueryOptions configure a clickhouse_query feed.
 type QueryOptions struct {
 	Query string
-	Conn  QueryConn // e.g. (*clickhouse.Sink).Conn()
+	Conn  QueryConn // the warehouse's QueryConn()
 }
 
 // QueryConn runs a query; clickhouse-go's driver.Conn implements it.
-type QueryConn interface {
-	Query(ctx context.Context, query string, args ...any) (driver.Rows, error)
-}
+type QueryConn = warehouse.QueryConn
 
 // SendOptions configure the send triggered after a batch. MessageID 0: no send.
 type SendOptions struct {
@@ -165,21 +162,13 @@ const (
 	StateUncertain = "uncertain" // may or may not have been created: never pushed again automatically
 )
 
-// ContactEntry is one record of the ledger (table pushed_contacts).
-type ContactEntry struct {
-	Feed           string    `json:"feed"`
-	Key            string    `json:"key"`
-	DistributionID int64     `json:"distribution_id"`
-	State          string    `json:"state"`
-	ContactID      int64     `json:"contact_id,omitempty"`
-	SurveyURL      string    `json:"survey_url,omitempty"`
-	Error          string    `json:"error,omitempty"`
-	BatchID        string    `json:"batch_id"`
-	File           string    `json:"file,omitempty"`
-	Line           int64     `json:"line,omitempty"`
-	UpdatedAt      time.Time `json:"updated_at"`
-	Version        uint64    `json:"_version"`
-}
+// Ledger entries and the Ledger itself are the warehouse's (sink/warehouse):
+// sink/clickhouse and sink/parquet each keep one.
+type (
+	ContactEntry = warehouse.ContactEntry
+	SendEntry    = warehouse.SendEntry
+	Ledger       = warehouse.FeedLedger
+)
 
 // Send states in the ledger.
 const (
@@ -188,34 +177,6 @@ const (
 	SendFailed    = "failed"
 	SendUncertain = "uncertain"
 )
-
-// SendEntry is one record of a triggered send (table message_sends).
-type SendEntry struct {
-	Feed           string     `json:"feed"`
-	BatchID        string     `json:"batch_id"`
-	DistributionID int64      `json:"distribution_id"`
-	MessageID      int64      `json:"message_id"`
-	State          string     `json:"state"`
-	ScheduledDate  *time.Time `json:"scheduled_date,omitempty"`
-	Contacts       int64      `json:"contacts"` // new contacts the batch pushed
-	Pending        int64      `json:"pending"`
-	Sent           int64      `json:"sent"`
-	Bounces        int64      `json:"bounces"`
-	Error          string     `json:"error,omitempty"`
-	At             time.Time  `json:"at"`
-	Version        uint64     `json:"_version"`
-}
-
-// Ledger is the durable audit of pushes and sends. Record* return only once
-// the entries are durable. Load* call fn for the entries of one feed; for a
-// given key (or batch) a later call overrides an earlier one, and
-// implementations may call fn only with the latest entry.
-type Ledger interface {
-	LoadContacts(ctx context.Context, feed string, fn func(ContactEntry) error) error
-	RecordContacts(ctx context.Context, entries []ContactEntry) error
-	LoadSends(ctx context.Context, feed string, fn func(SendEntry) error) error
-	RecordSend(ctx context.Context, e SendEntry) error
-}
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 

@@ -21,7 +21,7 @@ import (
 type RunnerOptions struct {
 	Feeds  []Options
 	API    API    // the survey API client (source/surveyapi); not called by DryRun
-	Ledger Ledger // clickhouse.NewFeedLedger(sink) or NewFileLedger(dir)
+	Ledger Ledger // the warehouse's FeedLedger()
 	// Registerer receives the feed metrics; nil: not registered.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger     // nil: discard

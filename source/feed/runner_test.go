@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/source/surveyapi"
@@ -67,7 +68,7 @@ func csvFeed(dir string) feed.Options {
 type env struct {
 	svc       *feedtest.Service
 	api       *surveyapi.Client
-	ledger    *feed.FileLedger
+	ledger    *parquet.FileLedger
 	reg       *prometheus.Registry
 	runner    *feed.Runner
 	ledgerDir string
@@ -75,7 +76,7 @@ type env struct {
 
 func newEnv(t testing.TB, url string, ledgerDir string, timeout time.Duration, feeds ...feed.Options) *env {
 	t.Helper()
-	l, err := feed.NewFileLedger(ledgerDir)
+	l, err := parquet.NewFileLedger(ledgerDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/webhookrx"
@@ -35,7 +36,7 @@ func TestSlowlorisChild(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	ledger, err := feed.NewFileLedger(t.TempDir())
+	ledger, err := parquet.NewFileLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestFeedListenerBounds(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
 	svc.Delay = 100 * time.Millisecond
-	ledger, err := feed.NewFileLedger(t.TempDir())
+	ledger, err := parquet.NewFileLedger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

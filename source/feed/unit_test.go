@@ -1,9 +1,6 @@
 package feed
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -182,37 +179,6 @@ func TestOptionsValidate(t *testing.T) {
 		if err := o.validate(); err == nil {
 			t.Errorf("mutation %d: want an error", i)
 		}
-	}
-}
-
-func TestFileLedgerTornTail(t *testing.T) {
-	dir := t.TempDir()
-	l, err := NewFileLedger(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	e := ContactEntry{Feed: "f", Key: "k1", DistributionID: 1, State: StatePushed, ContactID: 5}
-	if err := l.RecordContacts(ctx, []ContactEntry{e}); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	// A crash mid-write leaves half a line.
-	fh, _ := os.OpenFile(filepath.Join(dir, "f.contacts.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
-	fh.WriteString(`{"feed":"f","key":"k2","sta`)
-	fh.Close()
-	l, _ = NewFileLedger(dir)
-	defer l.Close()
-	e.Key = "k3"
-	if err := l.RecordContacts(ctx, []ContactEntry{e}); err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	if err := l.LoadContacts(ctx, "f", func(e ContactEntry) error { keys = append(keys, e.Key); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(keys, ",") != "k1,k3" {
-		t.Fatalf("keys after torn tail: %v", keys)
 	}
 }
 

@@ -66,7 +66,7 @@ type Options struct {
 	Statuses        []string      // streams to poll (completed, disqualified, quotafull, partial)
 	PollInterval    time.Duration // 30 s: an active stream's interval
 	Overlap         time.Duration // 10 min
-	SettleLag       time.Duration // 5 s
+	SettleLag       time.Duration // none; sync.settle_lag is 5 s
 	PartialLookback time.Duration // 72 h
 	// PartialRescanInterval is how often the partial stream re-reads its
 	// whole lookback (partial responses change while they stay partial);
@@ -885,7 +885,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 		outcome = "error"
 	}
 	p.m.cycles.WithLabelValues(stream, outcome).Inc()
-	p.m.cycleSeconds.WithLabelValues(stream).Observe(time.Since(start).Seconds())
+	p.m.cycleSeconds.WithLabelValues(stream).Observe(p.o.Now().Sub(start).Seconds())
 	p.save(ctx, key, st)
 	return int(c.found.Load()), err
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
@@ -166,23 +168,27 @@ func (w *webhooks) responseReceived(r *survey.Response) {
 
 // run is the scheduler loop; it returns when ctx is done, after its senders.
 func (w *webhooks) run(ctx context.Context) {
-	var senders sync.WaitGroup
+	var senders errgroup.Group
+	senders.SetLimit(maxSenders)
 	defer senders.Wait()
-	done := make(chan struct{}, maxSenders)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	send := func(j *whJob) func() error {
+		return func() error {
+			w.attempt(ctx, j)
+			w.mu.Lock()
+			w.busy--
+			w.mu.Unlock()
+			w.poke()
+			return nil
+		}
+	}
 	for {
 		w.mu.Lock()
 		now := time.Now()
-		for w.busy < maxSenders && len(w.queue) > 0 && !w.queue[0].due.After(now) {
-			j := heap.Pop(&w.queue).(*whJob)
+		for len(w.queue) > 0 && !w.queue[0].due.After(now) && senders.TryGo(send(w.queue[0])) {
+			heap.Pop(&w.queue)
 			w.busy++
-			senders.Add(1)
-			go func() {
-				defer senders.Done()
-				w.attempt(ctx, j)
-				done <- struct{}{}
-			}()
 		}
 		wait := time.Hour
 		if len(w.queue) > 0 && w.busy < maxSenders {
@@ -194,10 +200,6 @@ func (w *webhooks) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.wake:
-		case <-done:
-			w.mu.Lock()
-			w.busy--
-			w.mu.Unlock()
 		case <-timer.C:
 		}
 	}

@@ -25,11 +25,12 @@ import (
 	"github.com/surveysync/surveysync/internal/permanent"
 )
 
-// Defaults applied by New to zero Options fields.
+// Defaults applied by New to zero Options fields; they are the api.*
+// defaults of the configuration.
 const (
-	DefaultMaxConcurrency    = 16
+	DefaultMaxConcurrency    = 8
 	DefaultTimeout           = 30 * time.Second
-	DefaultMaxRetries        = 4
+	DefaultMaxRetries        = 6
 	DefaultRetryInitial      = 250 * time.Millisecond
 	DefaultRetryMax          = 30 * time.Second
 	DefaultQuotaPause        = 15 * time.Minute

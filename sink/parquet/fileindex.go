@@ -1,4 +1,4 @@
-package blob
+package parquet
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
@@ -104,28 +105,16 @@ func OpenJSONLIndex(path string) (*JSONLIndex, error) {
 }
 
 func (ix *JSONLIndex) compact() error {
-	tmp := ix.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("compact file index %s: %w", ix.path, err)
-	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	for _, r := range ix.latest {
-		if err := enc.Encode(toJSON(r)); err != nil {
-			f.Close()
-			return fmt.Errorf("compact file index %s: %w", ix.path, err)
+	err := atomicfile.Write(ix.path, 0o640, func(f *os.File) error {
+		w := bufio.NewWriter(f)
+		enc := json.NewEncoder(w)
+		for _, r := range ix.latest {
+			if err := enc.Encode(toJSON(r)); err != nil {
+				return err
+			}
 		}
-	}
-	if err := w.Flush(); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, ix.path)
-	}
+		return w.Flush()
+	})
 	if err != nil {
 		return fmt.Errorf("compact file index %s: %w", ix.path, err)
 	}

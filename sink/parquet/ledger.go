@@ -1,4 +1,4 @@
-package feed
+package parquet
 
 import (
 	"bufio"
@@ -11,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/surveysync/surveysync/sink/warehouse"
 )
 
-// FileLedger is a Ledger in local append-only JSONL files, for runs without
-// ClickHouse and for tests: <dir>/<feed>.contacts.jsonl and
-// <dir>/<feed>.sends.jsonl. Every Record* call appends its lines in one write
-// and fsyncs before returning. A torn last line (the process died mid-write)
+// FileLedger is the feed ledger (warehouse.FeedLedger) in local append-only
+// JSONL files, for runs without ClickHouse and for tests:
+// <dir>/<feed>.contacts.jsonl and <dir>/<feed>.sends.jsonl. Every Record*
+// call appends its lines in one write and fsyncs before returning. A torn last line (the process died mid-write)
 // is cut off when the file is next opened.
 type FileLedger struct {
 	dir   string
@@ -118,7 +120,7 @@ func (l *FileLedger) appendLines(name string, lines []byte) error {
 }
 
 // RecordContacts appends entries durably.
-func (l *FileLedger) RecordContacts(ctx context.Context, entries []ContactEntry) error {
+func (l *FileLedger) RecordContacts(ctx context.Context, entries []warehouse.ContactEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -148,7 +150,7 @@ func (l *FileLedger) RecordContacts(ctx context.Context, entries []ContactEntry)
 }
 
 // RecordSend appends e durably.
-func (l *FileLedger) RecordSend(ctx context.Context, e SendEntry) error {
+func (l *FileLedger) RecordSend(ctx context.Context, e warehouse.SendEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -160,9 +162,9 @@ func (l *FileLedger) RecordSend(ctx context.Context, e SendEntry) error {
 }
 
 // LoadContacts calls fn for every recorded entry of feed, in recording order.
-func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(ContactEntry) error) error {
+func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(warehouse.ContactEntry) error) error {
 	return l.load(ctx, contactsFile(feed), func(b []byte) error {
-		var e ContactEntry
+		var e warehouse.ContactEntry
 		if err := json.Unmarshal(b, &e); err != nil {
 			return err
 		}
@@ -171,9 +173,9 @@ func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(Cont
 }
 
 // LoadSends calls fn for every recorded send of feed, in recording order.
-func (l *FileLedger) LoadSends(ctx context.Context, feed string, fn func(SendEntry) error) error {
+func (l *FileLedger) LoadSends(ctx context.Context, feed string, fn func(warehouse.SendEntry) error) error {
 	return l.load(ctx, sendsFile(feed), func(b []byte) error {
-		var e SendEntry
+		var e warehouse.SendEntry
 		if err := json.Unmarshal(b, &e); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package blob
+package parquet
 
 import (
 	"context"
@@ -18,14 +18,14 @@ func TestJSONLIndexReopenAndCompact(t *testing.T) {
 	}
 	ctx := context.Background()
 	at := time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
-	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000001")
+	r := files.FileRef{SurveyID: 1, ResponseID: "aaaaaaaa-0000-4000-8000-000000000001", QuestionID: 1, FileID: "bbbbbbbb-0000-4000-8000-000000000001"}
 	// Many versions of one file, written out of order; then a stored one.
 	for v := 2000; v >= 1; v-- {
 		if err := ix.Record(ctx, []files.Record{{FileRef: r, StoredAt: at, Error: "boom", Attempts: v, Version: uint64(v)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stored := files.Record{FileRef: r, ObjectURL: "file:///x", FileName: czechName, Size: 3, SHA256: "abc", StoredAt: at, Attempts: 2000, Version: 5000}
+	stored := files.Record{FileRef: r, ObjectURL: "file:///x", FileName: "Přihláška – životopis.pdf", Size: 3, SHA256: "abc", StoredAt: at, Attempts: 2000, Version: 5000}
 	if err := ix.Record(ctx, []files.Record{stored}); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestJSONLIndexReopenAndCompact(t *testing.T) {
 	}
 	defer ix.Close()
 	got, ok := ix.Get(r)
-	if !ok || got.Version != 5000 || got.SHA256 != "abc" || got.FileName != czechName || !got.StoredAt.Equal(at) {
+	if !ok || got.Version != 5000 || got.SHA256 != "abc" || got.FileName != "Přihláška – životopis.pdf" || !got.StoredAt.Equal(at) {
 		t.Fatalf("after reopen: %+v", got)
 	}
 	if p, _ := ix.Pending(ctx, 0); len(p) != 0 {

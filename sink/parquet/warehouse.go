@@ -1,0 +1,83 @@
+package parquet
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/sink/warehouse"
+)
+
+// dirWarehouse is the Parquet sink with its other parts in files beside the
+// data: the uploaded-files index in <dir>/uploaded_files.jsonl and the feed
+// ledger under <dir>/_feeds, each opened on first use. It has no inventory
+// (no reconcile), no webhook log and no query connection.
+type dirWarehouse struct {
+	*Sink
+
+	mu     sync.Mutex // guards the parts
+	index  *JSONLIndex
+	ledger *FileLedger
+}
+
+// OpenWarehouse opens the Parquet warehouse in o.Dir.
+func OpenWarehouse(o Options) (warehouse.Warehouse, error) {
+	s, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	return &dirWarehouse{Sink: s}, nil
+}
+
+// FileIndex opens <dir>/uploaded_files.jsonl.
+func (w *dirWarehouse) FileIndex() (files.Index, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.index == nil {
+		ix, err := OpenJSONLIndex(filepath.Join(w.dir, "uploaded_files.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		w.index = ix
+	}
+	return w.index, nil
+}
+
+// FeedLedger opens the ledger under <dir>/_feeds.
+func (w *dirWarehouse) FeedLedger() (warehouse.FeedLedger, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ledger == nil {
+		l, err := NewFileLedger(filepath.Join(w.dir, "_feeds"))
+		if err != nil {
+			return nil, err
+		}
+		w.ledger = l
+	}
+	return w.ledger, nil
+}
+
+func (w *dirWarehouse) Inventory() warehouse.Inventory   { return nil }
+func (w *dirWarehouse) WebhookLog() warehouse.WebhookLog { return nil }
+func (w *dirWarehouse) QueryConn() warehouse.QueryConn   { return nil }
+
+// Ping fails once the warehouse is closed.
+func (w *dirWarehouse) Ping(context.Context) error { return w.checkOpen() }
+
+func (w *dirWarehouse) String() string { return "Parquet files under " + w.dir }
+
+// Close closes the parts, then the sink.
+func (w *dirWarehouse) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	if w.ledger != nil {
+		errs = append(errs, w.ledger.Close())
+	}
+	if w.index != nil {
+		errs = append(errs, w.index.Close())
+	}
+	return errors.Join(append(errs, w.Sink.Close())...)
+}

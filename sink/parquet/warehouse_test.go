@@ -1,0 +1,46 @@
+package parquet
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/surveysync/surveysync/sink/warehouse"
+)
+
+func TestWarehouseParts(t *testing.T) {
+	dir := t.TempDir()
+	w, err := OpenWarehouse(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Inventory() != nil || w.WebhookLog() != nil || w.QueryConn() != nil {
+		t.Error("the Parquet warehouse has no inventory, webhook log or query connection")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "uploaded_files.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("the file index exists before its first use: %v", err)
+	}
+	if _, err := w.FileIndex(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := w.FeedLedger()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := l.RecordContacts(ctx, []warehouse.ContactEntry{{Feed: "f", Key: "k", State: "pushed"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"uploaded_files.jsonl", "_feeds/f.contacts.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Ping(ctx); err == nil {
+		t.Error("Ping after Close succeeded")
+	}
+}
