@@ -256,9 +256,10 @@ type parts struct {
 // pipeline, the poller, the webhook receiver and the feed runner.
 func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (d *parts, err error) {
 	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), close: func() error { return nil }}
+	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
-			d.close()
+			built.close()
 		}
 	}()
 	if cfg.Files.Enabled {
