@@ -37,7 +37,7 @@ type Config struct {
 	Feeds      []Feed     `koanf:"feeds"`
 }
 
-// API is how surveysync calls the survey service (spec §5, REFERENCE.md).
+// API is how surveysync calls the survey service (docs/api.md §5).
 type API struct {
 	BaseURL        URL           `koanf:"base_url"`        // ends in /v1
 	Token          Secret        `koanf:"token"`           // X-API-TOKEN; not needed when demo.emulator.enabled
@@ -72,8 +72,8 @@ type Batch struct {
 	MaxDelay time.Duration `koanf:"max_delay"` // age of the oldest row
 }
 
-// Webhooks is the receiver of the service's webhooks (REFERENCE.md,
-// Webhooks). The service signs nothing: the secret is a segment of Path.
+// Webhooks is the receiver of the service's webhooks (docs/api.md,
+// section 11). The service signs nothing: the secret is a segment of Path.
 type Webhooks struct {
 	Enabled                bool          `koanf:"enabled"`
 	Listen                 string        `koanf:"listen"`                   // host:port
@@ -209,7 +209,7 @@ type Feed struct {
 	Send            Send              `koanf:"send"` // MessageID 0 = no send
 }
 
-// Salutation are the salutation flags passed with each contact (spec §2.1).
+// Salutation are the salutation flags passed with each contact (docs/api.md §2.1).
 type Salutation struct {
 	Generate         bool   `koanf:"generate"`
 	PrefixMale       string `koanf:"prefix_male"`
@@ -261,7 +261,7 @@ type Window struct {
 	TimeZone string   `koanf:"time_zone"` // IANA name
 }
 
-// ContactFields are the contact fields a feed mapping may fill (spec §2.1),
+// ContactFields are the contact fields a feed mapping may fill (docs/api.md §2.1),
 // as source/feed accepts them.
 var ContactFields = []string{
 	"import_number", "email", "phone", "first_name", "last_name", "salutation",
@@ -273,7 +273,7 @@ var ContactFields = []string{
 	"salutation_include_first_name", "salutation_include_last_name",
 }
 
-// Statuses are the list filters sync.statuses may name (spec §3).
+// Statuses are the list filters sync.statuses may name (docs/api.md §3).
 var Statuses = []string{"completed", "disqualified", "quotafull", "partial"}
 
 // Demo defaults the daemon fills in when the emulator runs.
@@ -375,7 +375,7 @@ func (c *Config) resolve() {
 const (
 	DefaultCSVDirInterval  = 5 * time.Second
 	DefaultQueryInterval   = time.Hour
-	DefaultFeedListen      = "127.0.0.1:8089"
+	DefaultFeedListen      = "127.0.0.1:8090"
 	DefaultFeedBodyBytes   = 16 << 20
 	DefaultFeedConcurrency = 8
 )

@@ -84,7 +84,7 @@ var exampleEnv = []string{
 }
 
 func TestExampleLoads(t *testing.T) {
-	c, err := Load("../examples/surveysync.yaml", exampleEnv, nil)
+	c, err := Load(exampleFile(t), exampleEnv, nil)
 	if err != nil {
 		t.Fatalf("examples/surveysync.yaml:\n%v", err)
 	}
@@ -102,12 +102,64 @@ func TestExampleLoads(t *testing.T) {
 		t.Errorf("backfill_from = %v", got)
 	}
 	// Without the environment the example's placeholders are reported.
-	_, err = Load("../examples/surveysync.yaml", nil, nil)
+	_, err = Load(exampleFile(t), nil, newFlags(t, "--set", "webhooks.enabled=true"))
 	for _, want := range []string{"api.token is required", "webhooks.path still holds the example's placeholder", "feeds[1].http.token is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("without env, want %q in error, got:\n%v", want, err)
 		}
 	}
+}
+
+// TestExampleAsREADMESays: examples/surveysync.yaml with the README's
+// edits (surveys, clickhouse.addr, the token in the environment) loads, and
+// names no path outside the working folder.
+func TestExampleAsREADMESays(t *testing.T) {
+	b, err := os.ReadFile("../examples/surveysync.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), "surveys: [4574, 4575]", "surveys: [101]", 1)
+	text = strings.Replace(text, "addr: [127.0.0.1:9000]", "addr: []", 1)
+	path := filepath.Join(t.TempDir(), "surveysync.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, nil, nil); err == nil || !strings.Contains(err.Error(), "api.token is required") {
+		t.Fatalf("without the token: %v", err)
+	}
+	c, err := Load(path, []string{"SURVEYSYNC_API__TOKEN=tok"}, nil)
+	if err != nil {
+		t.Fatalf("the example with the README's edits:\n%v", err)
+	}
+	if len(c.Feeds) != 0 || c.Webhooks.Enabled || c.ClickHouse.Enabled() || !cmp.Equal(c.Surveys, []int64{101}) {
+		t.Errorf("feeds %d, webhooks %v, clickhouse %v, surveys %v", len(c.Feeds), c.Webhooks.Enabled, c.ClickHouse.Addr, c.Surveys)
+	}
+	if strings.Contains(c.Files.URL.Value(), "/var/lib") {
+		t.Errorf("files.url %s is outside the working folder", c.Files.URL.Value())
+	}
+}
+
+// exampleFile is examples/surveysync.yaml with the feeds of
+// examples/feeds.yaml in place of its empty list: every key.
+func exampleFile(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../examples/surveysync.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	feeds, err := os.ReadFile("../examples/feeds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "\nfeeds: []\n") {
+		t.Fatal("examples/surveysync.yaml lacks its `feeds: []` line")
+	}
+	text := strings.Replace(string(b), "\nfeeds: []\n", "\n"+string(feeds), 1)
+	path := filepath.Join(t.TempDir(), "surveysync.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestDemoExampleLoads(t *testing.T) {
@@ -123,7 +175,7 @@ func TestDemoExampleLoads(t *testing.T) {
 // TestExampleHasEveryKey keeps examples/surveysync.yaml complete: every key
 // of the Config tree appears in it (feed keys in at least one feed).
 func TestExampleHasEveryKey(t *testing.T) {
-	b, err := os.ReadFile("../examples/surveysync.yaml")
+	b, err := os.ReadFile(exampleFile(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +362,7 @@ func TestEnvFeedElement(t *testing.T) {
 		"SURVEYSYNC_FEEDS__0__MAPPING__PHONE=Telefon",
 		"SURVEYSYNC_FEEDS__0__SEND__SCHEDULE__WINDOW__DAYS=sat,sun",
 	}, exampleEnv...)
-	c, err := Load("../examples/surveysync.yaml", env, nil)
+	c, err := Load(exampleFile(t), env, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +434,7 @@ func TestFlags(t *testing.T) {
 		"--set", "feeds.0.name=renamed",
 		"--set", "log.level=warn", // --set comes after the named flags: it wins
 	)
-	c, err := Load("../examples/surveysync.yaml", exampleEnv, fs)
+	c, err := Load(exampleFile(t), exampleEnv, fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +445,7 @@ func TestFlags(t *testing.T) {
 	}
 
 	// Flags the command line did not set change nothing.
-	c, err = Load("../examples/surveysync.yaml", exampleEnv, newFlags(t))
+	c, err = Load(exampleFile(t), exampleEnv, newFlags(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +454,7 @@ func TestFlags(t *testing.T) {
 	}
 
 	// --demo on a production file.
-	c, err = Load("../examples/surveysync.yaml", exampleEnv, newFlags(t, "--demo"))
+	c, err = Load(exampleFile(t), exampleEnv, newFlags(t, "--demo"))
 	if err != nil || !c.Demo.Emulator.Enabled {
 		t.Errorf("--demo: %v, enabled=%v", err, c != nil && c.Demo.Emulator.Enabled)
 	}
@@ -519,7 +571,7 @@ func secretConfig(t *testing.T) (*Config, []string) {
 		}
 	}
 	sort.Strings(env)
-	c, err := Load("../examples/surveysync.yaml", env, nil)
+	c, err := Load(exampleFile(t), env, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,5 +725,35 @@ func TestRegisterFlagsUsage(t *testing.T) {
 		if _, _, err := resolveKey(strings.Split(f.key, "."), entry{origin: "test"}); err != nil {
 			t.Errorf("--%s: %v", f.name, err)
 		}
+	}
+}
+
+// TestNewUserEnvAndSetMistakes: the variable and flag spellings a new user
+// gets wrong get an answer naming the right one.
+func TestNewUserEnvAndSetMistakes(t *testing.T) {
+	_, _, err := LoadWarnings("", []string{"SURVEYSYNC_API_TOKEN=x"}, nil)
+	want := "environment variable SURVEYSYNC_API_TOKEN sets nothing: levels of a key are separated by a double underscore (did you mean SURVEYSYNC_API__TOKEN?)"
+	if err == nil || err.Error() != want {
+		t.Errorf("SURVEYSYNC_API_TOKEN: got %v, want %q", err, want)
+	}
+	_, _, err = LoadWarnings("", []string{"SURVEYSYNC_SYNC_BATCH_MAX_ROWS=5"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "did you mean SURVEYSYNC_SYNC__BATCH__MAX_ROWS?") {
+		t.Errorf("SURVEYSYNC_SYNC_BATCH_MAX_ROWS: %v", err)
+	}
+	_, warnings, err := LoadWarnings("", []string{"SURVEYSYNC_TEST_CLICKHOUSE_ADDR=x", "SURVEYSYNC_BENCH_OUT=x", "SURVEYSYNC_WHATEVER=1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantW := []string{"environment variable SURVEYSYNC_WHATEVER is not a configuration key; ignored (keys are SURVEYSYNC_<SECTION>__<KEY>, e.g. SURVEYSYNC_API__TOKEN)"}
+	if !cmp.Equal(warnings, wantW) {
+		t.Errorf("warnings %q, want %q", warnings, wantW)
+	}
+	// Messages name list elements feeds[1].http.listen; --set takes that form.
+	c, err := Load(exampleFile(t), exampleEnv, newFlags(t, "--set", "feeds[1].http.listen=127.0.0.1:18099"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Feeds[1].HTTP.Listen != "127.0.0.1:18099" {
+		t.Errorf("feeds[1].http.listen = %q", c.Feeds[1].HTTP.Listen)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,7 +57,16 @@ var namedFlags = []struct {
 // command line is visible to every user of the machine); set them in the
 // file or the environment.
 func RegisterFlags(fs *pflag.FlagSet) {
+	RegisterSomeFlags(fs)
+}
+
+// RegisterSomeFlags is RegisterFlags with only the named flags given (by
+// flag name, e.g. "parquet-dir") besides --set; all of them when none is.
+func RegisterSomeFlags(fs *pflag.FlagSet, names ...string) {
 	for _, f := range namedFlags {
+		if len(names) > 0 && !slices.Contains(names, f.name) {
+			continue
+		}
 		if f.isBool {
 			fs.Bool(f.name, false, f.usage)
 		} else {
@@ -80,9 +90,16 @@ func RegisterFlags(fs *pflag.FlagSet) {
 // demo.emulator.enabled set anywhere, demo.emulator.enabled becomes true, so
 // that `surveysync run` with no configuration runs the demo.
 func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
+	c, _, err := LoadWarnings(path, env, fs)
+	return c, err
+}
+
+// LoadWarnings is Load that also returns warnings: SURVEYSYNC_* variables
+// that set no configuration key and are ignored.
+func LoadWarnings(path string, env []string, fs *pflag.FlagSet) (*Config, []string, error) {
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(defaultsMap(), ""), nil); err != nil {
-		return nil, fmt.Errorf("config defaults: %w", err)
+		return nil, nil, fmt.Errorf("config defaults: %w", err)
 	}
 	// sources maps each key path set by a file, variable or flag to where
 	// it was set ("surveysync.yaml:12", "environment variable …"), for the
@@ -93,7 +110,7 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 	if path != "" {
 		fk := koanf.New(".")
 		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return nil, fmt.Errorf("config file %s: %w", path, err)
+			return nil, nil, fmt.Errorf("config file %s: %w", path, err)
 		}
 		lines := fileLines(path)
 		where := func(key string) string {
@@ -107,21 +124,21 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 			sources[key] = where(key)
 		}
 		if err := k.Merge(fk); err != nil {
-			return nil, fmt.Errorf("config file %s: %w", path, err)
+			return nil, nil, fmt.Errorf("config file %s: %w", path, err)
 		}
 	}
 
-	envs, envErrs := envEntries(env)
+	envs, warnings, envErrs := envEntries(env)
 	errs = append(errs, envErrs...)
 	errs = append(errs, applyEntries(k, envs, sources)...)
 	errs = append(errs, applyEntries(k, flagEntries(fs), sources)...)
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, warnings, errors.Join(errs...)
 	}
 
 	c := &Config{}
 	if err := decode(k, c); err != nil {
-		return nil, err
+		return nil, warnings, err
 	}
 	_, baseURLSet := sources["api.base_url"]
 	_, demoSet := sources["demo.emulator.enabled"]
@@ -134,9 +151,9 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 		for i, p := range probs {
 			errs[i] = p.locate(sources)
 		}
-		return nil, errors.Join(errs...)
+		return nil, warnings, errors.Join(errs...)
 	}
-	return c, nil
+	return c, warnings, nil
 }
 
 // fileLines maps every key path of a YAML file to its line.
@@ -225,10 +242,13 @@ type entry struct {
 
 // envEntries picks the configuration variables out of env. A SURVEYSYNC_
 // variable whose first part names no configuration section and has no
-// double underscore (SURVEYSYNC_TEST_CLICKHOUSE_ADDR, SURVEYSYNC_CONFIG) is
-// not a configuration key and is left alone, unless it looks like a typo of
-// a section.
-func envEntries(env []string) ([]entry, []error) {
+// double underscore is not a configuration key: when it would name one with
+// its single underscores turned into double ones (SURVEYSYNC_API_TOKEN) it
+// is an error naming the right variable; when it looks like a typo of a
+// section, an error too; otherwise it is ignored with a warning, except the
+// test and benchmark harness's own variables (SURVEYSYNC_TEST_*,
+// SURVEYSYNC_BENCH_*).
+func envEntries(env []string) ([]entry, []string, []error) {
 	byName := map[string]string{}
 	for _, kv := range env {
 		name, val, ok := strings.Cut(kv, "=")
@@ -244,14 +264,24 @@ func envEntries(env []string) ([]entry, []error) {
 	sort.Strings(names)
 
 	var out []entry
+	var warnings []string
 	var errs []error
 	for _, name := range names {
 		rest := strings.TrimPrefix(name, EnvPrefix)
 		key := strings.ToLower(strings.ReplaceAll(rest, "__", "."))
 		first, _, _ := strings.Cut(key, ".")
 		if _, ok := fieldByTag(configType, first); !ok {
+			if !strings.Contains(rest, "__") {
+				if guess := guessKey(configType, strings.ToLower(rest)); guess != "" && strings.Contains(guess, ".") {
+					errs = append(errs, fmt.Errorf("environment variable %s sets nothing: levels of a key are separated by a double underscore (did you mean %s?)", name, envName(guess)))
+					continue
+				}
+			}
 			s := suggest(first, tagsOf(configType))
 			if !strings.Contains(rest, "__") && s == "" {
+				if !strings.HasPrefix(rest, "TEST_") && !strings.HasPrefix(rest, "BENCH_") {
+					warnings = append(warnings, fmt.Sprintf("environment variable %s is not a configuration key; ignored (keys are SURVEYSYNC_<SECTION>__<KEY>, e.g. SURVEYSYNC_API__TOKEN)", name))
+				}
 				continue
 			}
 			msg := fmt.Sprintf("unknown key %q in environment variable %s", key, name)
@@ -263,7 +293,40 @@ func envEntries(env []string) ([]entry, []error) {
 		}
 		out = append(out, entry{key: key, value: byName[name], origin: "environment variable " + name, env: true})
 	}
-	return out, errs
+	return out, warnings, errs
+}
+
+// guessKey reads s, a key written with single underscores between levels
+// ("api_token", "feeds_1_http_token"), against type t and returns the
+// dotted key it names ("api.token"), or "" when it names none.
+func guessKey(t reflect.Type, s string) string {
+	switch {
+	case isStructList(t):
+		digits, rest, _ := strings.Cut(s, "_")
+		if _, err := strconv.Atoi(digits); err != nil || rest == "" {
+			return ""
+		}
+		if g := guessKey(t.Elem(), rest); g != "" {
+			return digits + "." + g
+		}
+		return ""
+	case t.Kind() == reflect.Struct && t != timeType:
+		for i := 0; i < t.NumField(); i++ {
+			tag := tagOf(t.Field(i))
+			if s == tag {
+				if ft := t.Field(i).Type; (ft.Kind() == reflect.Struct && ft != timeType) || isStructList(ft) {
+					return "" // a section, not a key
+				}
+				return tag
+			}
+			if rest, ok := strings.CutPrefix(s, tag+"_"); ok {
+				if g := guessKey(t.Field(i).Type, rest); g != "" {
+					return tag + "." + g
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // envName is the variable that sets a dotted key.
@@ -292,6 +355,9 @@ func flagEntries(fs *pflag.FlagSet) []entry {
 		for _, kv := range vals {
 			key, val, _ := strings.Cut(kv, "=")
 			key = strings.TrimSpace(key)
+			// Messages name list elements feeds[1].http.token: accept that
+			// form as well as feeds.1.http.token.
+			key = strings.NewReplacer("[", ".", "]", "").Replace(key)
 			out = append(out, entry{key: key, value: val, origin: "flag --set " + key})
 		}
 	}

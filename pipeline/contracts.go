@@ -35,7 +35,7 @@ type Sink interface {
 	Write(ctx context.Context, b *flatten.Batch) error
 }
 
-// Stream names: one per list status filter (spec §4.3).
+// Stream names: one per list status filter (docs/api.md §4.3).
 const (
 	StreamCompleted    = survey.StatusCompleted
 	StreamDisqualified = survey.StatusDisqualified
@@ -52,7 +52,17 @@ type StreamState struct {
 	LastError string
 	Synced    int64 // responses written by this stream, all time
 	UpdatedAt time.Time
+
+	// The cycle in flight, saved every few seconds while it runs (a
+	// backfill can take minutes): when it started, how many responses its
+	// lists announced, how many are written. Zero when no cycle runs.
+	CycleStartedAt time.Time
+	CycleListed    int64
+	CycleDone      int64
 }
+
+// InCycle reports whether s was saved by a cycle still in flight.
+func (s StreamState) InCycle() bool { return !s.CycleStartedAt.IsZero() && s.CycleStartedAt.Unix() > 0 }
 
 // StateStore keeps stream checkpoints. sink/clickhouse keeps them in
 // sync_state; sink/parquet in a small file beside the data.

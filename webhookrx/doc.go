@@ -1,5 +1,5 @@
 // Package webhookrx receives the survey service's webhooks, spools them
-// durably and processes them (REFERENCE "Webhooks, as the service sends
+// durably and processes them (docs/api.md section 11, "Webhooks, as the service sends
 // them"; docs/webhooks.md).
 //
 // The service POSTs a flat JSON body to one URL per account, unsigned, and

@@ -61,8 +61,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	webhookURL := fs.String("webhook-url", "", "URL to POST webhooks to (empty: none)")
 	live := fs.Bool("live-webhooks", false, "also send response_received for generated responses as they complete")
 	verbose := fs.Bool("verbose", false, "log webhook attempts")
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: surveysim [flags]\n\nServe an emulator of the survey service's v1 API (generated surveys and responses) for demos and tests.\nIt prints its base URL on the first line of stdout; the control API is under /_sim/ (docs/emulator.md).\n\nFlags:\n%s", fs.FlagUsages())
+	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w (surveysim --help lists the flags)", err)
 	}
 	if *future < 0 || *future > 1 {
 		return fmt.Errorf("--future %v: want 0..1", *future)

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,6 +149,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, std
 	log := newLogger(cfg, stderr)
 	if err := daemon(ctx, cfg, fl, log, stdout); err != nil {
 		log.Error("surveysync stopped with an error", "err", err)
+		fmt.Fprintln(stderr, "surveysync run:", err)
 		return exitFail
 	}
 	return exitOK
@@ -253,9 +256,10 @@ type parts struct {
 // pipeline, the poller, the webhook receiver and the feed runner.
 func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (d *parts, err error) {
 	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), close: func() error { return nil }}
+	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
-			d.close()
+			built.close()
 		}
 	}()
 	if cfg.Files.Enabled {
@@ -293,6 +297,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		PartialRescanInterval: cfg.Sync.PartialRescan,
 		ReconcileInterval:     cfg.Sync.ReconcileInterval,
 		BackfillFrom:          cfg.Sync.BackfillFrom,
+		Unreadable:            surveyUnreadable,
 		Logger:                log.With("component", "poll"),
 		Registerer:            reg,
 	}, client, d.pipe, wh, wh.Inventory())
@@ -303,6 +308,13 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}
 	if len(cfg.Feeds) > 0 {
+		for i, f := range cfg.Feeds {
+			if f.Type == config.FeedCSVDir {
+				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
+					return nil, fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
+				}
+			}
+		}
 		if d.feeds, err = newFeedRunner(cfg, client, wh, log, reg); err != nil {
 			return nil, fmt.Errorf("feeds: %w", err)
 		}
@@ -360,11 +372,15 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFl
 	if fl.exitWhenSynced {
 		intake.Go(func() error {
 			if d.waitSynced(ctx) {
+				if failed := d.poller.FirstPassErrors(); len(failed) > 0 {
+					stop()
+					return errUnreadableSurveys(failed)
+				}
 				var n int64
 				for _, st := range d.poller.States() {
 					n += st.Synced
 				}
-				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses written this run); the data is in %s\n", n, d.where)
+				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, d.where)
 				printWhereToLook(stdout, cfg)
 				stop()
 			}
@@ -438,7 +454,9 @@ func printWhereToLook(w io.Writer, cfg *config.Config) {
 	if cfg.Files.Enabled {
 		fmt.Fprintf(w, "  uploaded files: %s (index: %s)\n", cfg.Files.URL, filepath.Join(dir, "uploaded_files.jsonl"))
 	}
-	fmt.Fprintf(w, "  e.g. duckdb -c \"SELECT response_status, count(*) FROM '%s/responses/**/*.parquet' GROUP BY 1\"\n", dir)
+	fmt.Fprintf(w, "  look at it: surveysync query --parquet-dir %s\n", dir)
+	fmt.Fprintf(w, "  or DuckDB (current rows: latest version per response, deleted excluded; docs/parquet.md):\n")
+	fmt.Fprintf(w, "    duckdb -c \"SELECT response_status, count(*) FROM (SELECT * FROM read_parquet('%s/responses/**/*.parquet', hive_partitioning = false) QUALIFY row_number() OVER (PARTITION BY response_id ORDER BY _version DESC) = 1) WHERE is_deleted = 0 GROUP BY 1\"\n", dir)
 }
 
 // health answers /healthz and /readyz.
@@ -507,6 +525,52 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof
 	})
 	log.Info("metrics at /metrics, health at /healthz and /readyz", "listen", ln.Addr().String())
 	return nil
+}
+
+// surveyUnreadable reports whether a list error means the survey cannot be
+// read with this token at all: not found (404) or forbidden (403).
+func surveyUnreadable(err error) bool {
+	return errors.Is(err, survey.ErrNotFound) || errors.Is(err, surveyapi.ErrForbidden)
+}
+
+// describeUnreadable is the short reason a survey cannot be read:
+// "not found (HTTP 404)".
+func describeUnreadable(err error) string {
+	var ae *surveyapi.APIError
+	status := 0
+	if errors.As(err, &ae) {
+		status = ae.Status
+	}
+	what := "cannot be read"
+	switch {
+	case errors.Is(err, survey.ErrNotFound):
+		what = "not found"
+	case errors.Is(err, surveyapi.ErrForbidden):
+		what = "forbidden (the token's account may not read it)"
+	}
+	if status != 0 {
+		return fmt.Sprintf("%s (HTTP %d)", what, status)
+	}
+	return what
+}
+
+// errUnreadableSurveys is the error of --exit-when-synced when configured
+// surveys cannot be read: one line per survey.
+func errUnreadableSurveys(failed map[int64]error) error {
+	ids := make([]int64, 0, len(failed))
+	for id := range failed {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "survey %d: %s", id, describeUnreadable(failed[id]))
+	}
+	b.WriteString(": check the ids in surveys and the token's account")
+	return errors.New(b.String())
 }
 
 // metricsMux serves /metrics, /healthz, /readyz and, with withPprof only,

@@ -5,6 +5,7 @@
 //	surveysync run [--config FILE] [--set key=value]... [--exit-when-synced]
 //	surveysync doctor [--config FILE]
 //	surveysync status [--config FILE]
+//	surveysync query [--config FILE] [--survey ID] [--sample N]
 //	surveysync config print [--config FILE]
 //	surveysync feed run NAME [--dry-run] [--config FILE]
 //	surveysync feed uncertain NAME | feed resolve NAME --as pushed|retry KEY...
@@ -22,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -39,17 +41,20 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `surveysync keeps ClickHouse in sync with the survey service.
+const usage = `surveysync keeps ClickHouse (or Parquet files) in sync with the survey service.
 
 Usage:
   surveysync run [--config FILE] [--set key=value]... [--exit-when-synced]
-  surveysync doctor [--config FILE]          check token, ClickHouse, object store, ports
-  surveysync status [--config FILE]          watermark, lag and errors per survey and stream
+  surveysync doctor [--config FILE]          check token, surveys, ClickHouse, object store, listeners, feeds
+  surveysync status [--config FILE]          watermark, lag, progress and errors per survey and stream
+  surveysync query [--config FILE]           look at the Parquet output: current rows per survey, a sample
   surveysync config print [--config FILE]    the effective configuration, secrets masked
   surveysync feed run NAME [--dry-run]       run a feed once (--dry-run: what it would push, calling nothing)
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync version
+
+Run 'surveysync COMMAND --help' for a command's flags.
 
 With no --config and no SURVEYSYNC_* variables, run starts the built-in
 emulator of the survey service and writes Parquet files under ./data.
@@ -63,6 +68,21 @@ const (
 	exitConfig = 3
 )
 
+// command describes a subcommand for its --help and its flags.
+type command struct {
+	name  string // "feed run"
+	args  string // what follows the name in the usage line: "NAME [--dry-run]"
+	about string // one line
+	// configFlags are the named configuration flags (config.RegisterFlags)
+	// the command offers besides --config and --set; nil: all of them.
+	configFlags []string
+	positional  int // number of positional arguments it requires (min)
+	extra       func(*pflag.FlagSet)
+}
+
+// Flags that matter to commands that only read the sink's state.
+var sinkFlags = []string{"clickhouse-addr", "parquet-dir", "log-level", "log-format"}
+
 func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -74,14 +94,22 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, versionString())
 		return exitOK
 	case "help", "-h", "--help":
+		if len(rest) > 0 {
+			// surveysync help run == surveysync run --help
+			return runCLI(ctx, append(rest, "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	case "config":
-		if len(rest) == 0 || rest[0] != "print" {
+		if len(rest) == 0 || (rest[0] != "print" && !isHelp(rest[0])) {
 			fmt.Fprintln(stderr, "usage: surveysync config print [--config FILE]")
 			return exitUsage
 		}
-		cfg, code := load("config print", rest[1:], stderr, nil)
+		if isHelp(rest[0]) {
+			rest = []string{"print", "--help"}
+		}
+		cfg, _, code := load(command{name: "config print", about: "Print the effective configuration (defaults, file, SURVEYSYNC_* variables, flags), secrets masked."},
+			rest[1:], stdout, stderr)
 		if cfg == nil {
 			return code
 		}
@@ -92,100 +120,196 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "run":
 		var exitWhenSynced bool
-		cfg, code := load("run", rest, stderr, func(fs *pflag.FlagSet) {
-			fs.BoolVar(&exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill)")
-		})
+		cfg, _, code := load(command{name: "run", about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.BoolVar(&exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill); exits 1 if a survey cannot be read")
+			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
 		return runDaemon(ctx, cfg, runFlags{exitWhenSynced: exitWhenSynced}, stdout, stderr)
 	case "doctor":
-		cfg, code := load("doctor", rest, stderr, nil)
+		cfg, _, code := load(command{name: "doctor", about: "Check what run needs: the API token, every survey id, the sink, the object store, every listener, every feed source. Exits 1 if a check fails."},
+			rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
 		return doctor(ctx, cfg, stdout)
 	case "status":
-		cfg, code := load("status", rest, stderr, nil)
+		cfg, _, code := load(command{name: "status", about: "Print the sync state the daemon saved in the sink: per survey and stream, watermark, lag, backfill progress, last error.",
+			configFlags: sinkFlags}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
 		return status(ctx, cfg, stdout, stderr)
-	case "feed":
-		if len(rest) >= 2 && rest[0] == "uncertain" {
-			cfg, code := load("feed uncertain", rest[2:], stderr, nil)
-			if cfg == nil {
-				return code
-			}
-			return feedResolve(ctx, cfg, rest[1], "", nil, stdout, stderr)
-		}
-		if len(rest) >= 2 && rest[0] == "resolve" {
-			var as string
-			var keys []string
-			cfg, code := loadArgs("feed resolve", rest[2:], stderr, func(fs *pflag.FlagSet) {
-				fs.StringVar(&as, "as", "", "pushed (the contact exists in the service) or retry (it does not: push it again)")
-			}, &keys)
-			if cfg == nil {
-				return code
-			}
-			if as == "" || len(keys) == 0 {
-				fmt.Fprintln(stderr, "usage: surveysync feed resolve NAME --as pushed|retry KEY... [--config FILE]")
-				return exitUsage
-			}
-			return feedResolve(ctx, cfg, rest[1], as, keys, stdout, stderr)
-		}
-		if len(rest) < 2 || rest[0] != "run" {
-			fmt.Fprintln(stderr, "usage: surveysync feed run NAME [--dry-run] [--config FILE]\n       surveysync feed uncertain NAME\n       surveysync feed resolve NAME --as pushed|retry KEY...")
-			return exitUsage
-		}
-		name := rest[1]
-		var dry bool
-		cfg, code := load("feed run", rest[2:], stderr, func(fs *pflag.FlagSet) {
-			fs.BoolVar(&dry, "dry-run", false, "print what would be pushed, call nothing")
-		})
+	case "query", "inspect":
+		var q queryFlags
+		cfg, _, code := load(command{name: cmd, about: "Look at the Parquet output with no other tool: current responses (latest version, deleted excluded) per survey and status, and a sample.",
+			configFlags: []string{"parquet-dir", "log-level", "log-format"},
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64Var(&q.survey, "survey", 0, "only this survey id")
+				fs.IntVar(&q.sample, "sample", 5, "print this many current responses (0: none)")
+			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
-		return feedRun(ctx, cfg, name, dry, stdout, stderr)
+		return query(ctx, cfg, q, stdout, stderr)
+	case "feed":
+		return feedCLI(ctx, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "surveysync: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
 }
 
-// load parses the common flags (plus extra ones) and loads the configuration.
-func load(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet)) (*config.Config, int) {
-	return loadArgs(name, args, stderr, extra, nil)
+func isHelp(s string) bool { return s == "-h" || s == "--help" || s == "help" }
+
+const feedUsage = `usage: surveysync feed run NAME [--dry-run] [--config FILE]
+       surveysync feed uncertain NAME [--config FILE]
+       surveysync feed resolve NAME --as pushed|retry KEY... [--config FILE]
+`
+
+func feedCLI(ctx context.Context, rest []string, stdout, stderr io.Writer) int {
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, feedUsage)
+		return exitUsage
+	}
+	if isHelp(rest[0]) {
+		fmt.Fprint(stdout, feedUsage)
+		return exitOK
+	}
+	switch rest[0] {
+	case "run":
+		var dry bool
+		cfg, pos, code := load(command{name: "feed run", args: "NAME", positional: 1, configFlags: sinkFlags,
+			about: "Run one feed once: push what its source holds now, then exit.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.BoolVar(&dry, "dry-run", false, "print what would be pushed, call nothing")
+			}}, rest[1:], stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return feedRun(ctx, cfg, pos[0], dry, stdout, stderr)
+	case "uncertain":
+		cfg, pos, code := load(command{name: "feed uncertain", args: "NAME", positional: 1, configFlags: sinkFlags,
+			about: "List a feed's rows whose push outcome is unknown (the process stopped mid-call)."}, rest[1:], stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return feedResolve(ctx, cfg, pos[0], "", nil, stdout, stderr)
+	case "resolve":
+		var as string
+		cfg, pos, code := load(command{name: "feed resolve", args: "NAME --as pushed|retry KEY...", positional: 2, configFlags: sinkFlags,
+			about: "Settle uncertain rows of a feed (stop the daemon first).",
+			extra: func(fs *pflag.FlagSet) {
+				fs.StringVar(&as, "as", "", "pushed (the contact exists in the service) or retry (it does not: push it again)")
+			}}, rest[1:], stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		if as == "" {
+			fmt.Fprintln(stderr, "surveysync feed resolve: --as pushed|retry is required")
+			return exitUsage
+		}
+		return feedResolve(ctx, cfg, pos[0], as, pos[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "surveysync feed: unknown subcommand %q\n%s", rest[0], feedUsage)
+	return exitUsage
 }
 
-// loadArgs is load for commands that take positional arguments (into
-// positional); without it, a positional argument is a usage error.
-func loadArgs(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet), positional *[]string) (*config.Config, int) {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.StringP("config", "c", "", "YAML configuration file")
-	config.RegisterFlags(fs)
-	if extra != nil {
-		extra(fs)
+// load parses a command's flags and loads the configuration. It returns a
+// nil configuration and the exit code when the command is not to run:
+// --help (printed to stdout, exit 0), a flag or argument error (printed to
+// stderr, exit 2), an invalid configuration (exit 3).
+func load(c command, args []string, stdout, stderr io.Writer) (*config.Config, []string, int) {
+	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	path := fs.StringP("config", "c", "", "YAML configuration file (default: none; see examples/surveysync.yaml)")
+	if c.configFlags == nil {
+		config.RegisterFlags(fs)
+	} else {
+		config.RegisterSomeFlags(fs, c.configFlags...)
+	}
+	if c.extra != nil {
+		c.extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return nil, exitOK
+			printHelp(stdout, c, fs)
+			return nil, nil, exitOK
 		}
-		return nil, exitUsage
+		fmt.Fprintf(stderr, "surveysync %s: %v%s\nRun 'surveysync %s --help' for its flags.\n", c.name, err, flagHint(err, fs), c.name)
+		return nil, nil, exitUsage
 	}
-	if positional != nil {
-		*positional = fs.Args()
-	} else if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "surveysync %s: unexpected argument %q\n", name, fs.Arg(0))
-		return nil, exitUsage
+	pos := fs.Args()
+	switch {
+	case len(pos) < c.positional:
+		fmt.Fprintf(stderr, "surveysync %s: missing argument: usage: surveysync %s %s\n", c.name, c.name, c.args)
+		return nil, nil, exitUsage
+	case c.positional == 0 && len(pos) > 0:
+		fmt.Fprintf(stderr, "surveysync %s: unexpected argument %q\nRun 'surveysync %s --help' for its flags.\n", c.name, pos[0], c.name)
+		return nil, nil, exitUsage
+	case c.positional == 1 && len(pos) > 1:
+		fmt.Fprintf(stderr, "surveysync %s: unexpected argument %q\nRun 'surveysync %s --help' for its flags.\n", c.name, pos[1], c.name)
+		return nil, nil, exitUsage
 	}
-	cfg, err := config.Load(*path, os.Environ(), fs)
+	cfg, warnings, err := config.LoadWarnings(*path, os.Environ(), fs)
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "surveysync: warning:", w)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "surveysync: configuration is not valid:\n%v\n", err)
-		return nil, exitConfig
+		return nil, nil, exitConfig
 	}
-	return cfg, exitOK
+	return cfg, pos, exitOK
+}
+
+func printHelp(w io.Writer, c command, fs *pflag.FlagSet) {
+	line := "surveysync " + c.name
+	if c.args != "" {
+		line += " " + c.args
+	}
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n\nFlags:\n%s", line, c.about, fs.FlagUsages())
+}
+
+// flagHint suggests the flag meant by an unknown one ("--confg" → "--config").
+func flagHint(err error, fs *pflag.FlagSet) string {
+	msg := err.Error()
+	name, ok := strings.CutPrefix(msg, "unknown flag: --")
+	if !ok {
+		return ""
+	}
+	best, bestD := "", 3
+	fs.VisitAll(func(f *pflag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean --%s?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func versionString() string {

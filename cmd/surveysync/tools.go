@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,10 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/poll"
 )
 
 func goVersion() string {
@@ -43,9 +48,73 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 		return exitFail
 	}
 	fmt.Fprintf(stdout, "sync state in %s\n\n", wh)
-	printStates(stdout, states, time.Now())
+	printStates(stdout, states, statusOptions{now: time.Now(), settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval})
 	printBudget(ctx, stdout, cfg)
 	return exitOK
+}
+
+type statusOptions struct {
+	now          time.Time
+	settleLag    time.Duration
+	pollInterval time.Duration
+}
+
+// set reports whether a saved time is set (ClickHouse keeps a zero time as
+// 1970-01-01).
+func set(t time.Time) bool { return !t.IsZero() && t.Unix() > 0 }
+
+// caughtUp reports whether the stream's last finished cycle read up to its
+// end: its watermark is the cycle's start less the settle lag.
+func caughtUp(s pipeline.StreamState, settleLag time.Duration) bool {
+	return s.LastError == "" && set(s.LastRunAt) && set(s.Watermark) &&
+		!s.Watermark.Before(s.LastRunAt.Add(-settleLag-2*time.Second))
+}
+
+// lagText is the LAG column: "synced" when the last cycle caught up (now −
+// watermark would only measure the time since that cycle), else how far
+// the watermark is behind.
+func lagText(s pipeline.StreamState, o statusOptions) string {
+	switch {
+	case caughtUp(s, o.settleLag):
+		// Idle and ended streams are polled far less often than
+		// poll_interval: say how old "synced" is.
+		if ago := o.now.Sub(s.LastRunAt); ago > o.pollInterval+time.Minute {
+			return fmt.Sprintf("synced (last run %s ago)", roundDuration(ago))
+		}
+		return "synced"
+	case s.InCycle() && !set(s.Watermark):
+		return "backfilling"
+	case !set(s.Watermark):
+		return "-"
+	}
+	return roundDuration(o.now.Sub(s.Watermark))
+}
+
+func roundDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Truncate(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Truncate(time.Minute).String()
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// progressText is the PROGRESS column of a stream in a cycle: written of
+// listed, percent, rate and time left.
+func progressText(s pipeline.StreamState) string {
+	if !s.InCycle() || s.CycleListed == 0 {
+		return "-"
+	}
+	out := fmt.Sprintf("%d/%d (%d%%)", s.CycleDone, s.CycleListed, s.CycleDone*100/s.CycleListed)
+	rate, eta := poll.Rate(s.CycleDone, s.CycleListed, s.UpdatedAt.Sub(s.CycleStartedAt))
+	if rate > 0 {
+		out += fmt.Sprintf(" %.1f/s", rate)
+	}
+	if eta > 0 {
+		out += " ETA " + eta.String()
+	}
+	return out
 }
 
 // printBudget shows the running daemon's API spend, read from its metrics
@@ -118,7 +187,7 @@ func scrape(ctx context.Context, url string, names ...string) (map[string]float6
 	return out, sc.Err()
 }
 
-func printStates(w io.Writer, states []pipeline.StreamState, now time.Time) {
+func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 	sort.Slice(states, func(i, j int) bool {
 		if states[i].SurveyID != states[j].SurveyID {
 			return states[i].SurveyID < states[j].SurveyID
@@ -126,28 +195,53 @@ func printStates(w io.Writer, states []pipeline.StreamState, now time.Time) {
 		return states[i].Stream < states[j].Stream
 	})
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SURVEY\tSTREAM\tWATERMARK\tLAG\tLAST RUN\tSYNCED\tLAST ERROR")
+	fmt.Fprintln(tw, "SURVEY\tSTREAM\tWATERMARK\tLAG\tLAST RUN\tSYNCED\tPROGRESS\tLAST ERROR")
+	var listed, done int64
+	var start, updated time.Time
 	for _, s := range states {
-		lag := "-"
 		wm := "-"
-		if !s.Watermark.IsZero() {
+		if set(s.Watermark) {
 			wm = s.Watermark.UTC().Format(time.RFC3339)
-			lag = now.Sub(s.Watermark).Truncate(time.Second).String()
 		}
 		last := "-"
-		if !s.LastRunAt.IsZero() {
+		if set(s.LastRunAt) {
 			last = s.LastRunAt.UTC().Format(time.RFC3339)
 		}
 		errText := s.LastError
 		if errText == "" {
 			errText = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", s.SurveyID, s.Stream, wm, lag, last, s.Synced, errText)
+		if s.InCycle() {
+			listed += s.CycleListed
+			done += s.CycleDone
+			if start.IsZero() || s.CycleStartedAt.Before(start) {
+				start = s.CycleStartedAt
+			}
+			if s.UpdatedAt.After(updated) {
+				updated = s.UpdatedAt
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.SurveyID, s.Stream, wm, lagText(s, o), last, s.Synced+s.CycleDone, progressText(s), errText)
 	}
 	if len(states) == 0 {
 		fmt.Fprintln(tw, "(no stream has run yet)")
 	}
 	tw.Flush()
+	if listed > 0 {
+		pct := done * 100 / listed
+		line := fmt.Sprintf("\nin progress: %d of %d listed responses done (%d%%)", done, listed, pct)
+		rate, eta := poll.Rate(done, listed, updated.Sub(start))
+		if rate > 0 {
+			line += fmt.Sprintf(", %.1f/s", rate)
+		}
+		if eta > 0 {
+			line += fmt.Sprintf(", about %s left", eta)
+		}
+		if age := o.now.Sub(updated); age > time.Minute {
+			line += fmt.Sprintf(" (saved %s ago: is the daemon running?)", roundDuration(age))
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 // doctor checks what the daemon needs and prints one line per check.
@@ -167,21 +261,32 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 	reg := prometheus.NewRegistry()
 
 	if cfg.Demo.Emulator.Enabled {
-		fmt.Fprintln(stdout, "info  demo.emulator.enabled: the API checks run against the built-in emulator")
+		fmt.Fprintln(stdout, "info  demo.emulator.enabled: run starts the built-in emulator; no API checks")
 	} else {
 		client, err := newClient(cfg, log, reg)
 		if err == nil {
+			defer client.Close()
 			err = client.Ping(ctx)
 		}
 		report("api token against "+cfg.API.BaseURL.String(), err,
 			"check api.token (SURVEYSYNC_API__TOKEN) and api.base_url; the account needs API access")
+		if err == nil {
+			for _, id := range cfg.Surveys {
+				_, lerr := client.ListResponses(ctx, id, survey.ListQuery{Page: 1, PerPage: 1})
+				if lerr != nil && surveyUnreadable(lerr) {
+					lerr = errors.New(describeUnreadable(lerr))
+				}
+				report(fmt.Sprintf("survey %d", id), lerr,
+					"check the id in surveys (the number in the survey's URL in the web app) and that the token's account may read it")
+			}
+		}
 	}
 
 	wh, err := openWarehouse(ctx, cfg, log, reg)
 	where := ""
 	if err == nil {
 		where = wh.String()
-		wh.Close()
+		defer wh.Close()
 	}
 	if len(cfg.ClickHouse.Addr) > 0 {
 		report("clickhouse "+fmt.Sprint(cfg.ClickHouse.Addr)+" ("+where+")", err,
@@ -193,19 +298,28 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 	if cfg.Files.Enabled {
 		report("object store "+cfg.Files.URL.String(), checkBlob(ctx, cfg), "check files.url and its credentials; the daemon writes under surveys/")
 	}
-	if cfg.Webhooks.Enabled {
-		ln, err := net.Listen("tcp", cfg.Webhooks.Listen)
+	for _, l := range listeners(cfg) {
+		ln, err := net.Listen("tcp", l.addr)
 		if err == nil {
 			ln.Close()
 		}
-		report("webhook listener "+cfg.Webhooks.Listen, err, "pick a free webhooks.listen address or stop what holds the port")
+		report(l.what+" "+l.addr, err, "pick a free address for "+l.key+" or stop what holds the port")
 	}
-	if cfg.Metrics.Listen != "" {
-		ln, err := net.Listen("tcp", cfg.Metrics.Listen)
-		if err == nil {
-			ln.Close()
+	for i, f := range cfg.Feeds {
+		name := fmt.Sprintf("feed %s (feeds[%d], %s)", f.Name, i, f.Type)
+		switch f.Type {
+		case config.FeedCSVDir:
+			report(name+" folder "+f.CSVDir.Dir, feed.CheckDir(f.CSVDir.Dir),
+				fmt.Sprintf("create the folder (mkdir -p %s) or set feeds[%d].csv_dir.dir", f.CSVDir.Dir, i))
+		case config.FeedClickHouseQuery:
+			var qerr error
+			if err == nil && wh.QueryConn() != nil {
+				qerr = checkQuery(ctx, wh.QueryConn(), f.ClickHouseQuery.Query)
+			} else {
+				qerr = errors.New("needs a reachable ClickHouse (clickhouse.addr)")
+			}
+			report(name+" query", qerr, fmt.Sprintf("fix feeds[%d].clickhouse_query.query: it must run on clickhouse.addr as clickhouse.username", i))
 		}
-		report("metrics listener "+cfg.Metrics.Listen, err, "pick a free metrics.listen address")
 	}
 	if failed > 0 {
 		fmt.Fprintf(stdout, "%d check(s) failed\n", failed)
@@ -213,4 +327,45 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "all checks passed")
 	return exitOK
+}
+
+// listener is an address the daemon listens on.
+type listener struct{ what, key, addr string }
+
+// listeners lists every address run binds, once each (http feeds may share
+// one).
+func listeners(cfg *config.Config) []listener {
+	var out []listener
+	seen := map[string]bool{}
+	add := func(what, key, addr string) {
+		if addr == "" || seen[addr] {
+			return
+		}
+		seen[addr] = true
+		out = append(out, listener{what, key, addr})
+	}
+	if cfg.Webhooks.Enabled {
+		add("webhook listener", "webhooks.listen", cfg.Webhooks.Listen)
+	}
+	add("metrics listener", "metrics.listen", cfg.Metrics.Listen)
+	if cfg.Demo.Emulator.Enabled {
+		add("emulator listener", "demo.emulator.listen", cfg.Demo.Emulator.Listen)
+	}
+	for i, f := range cfg.Feeds {
+		if f.Type == config.FeedHTTP {
+			add("feed "+f.Name+" listener", fmt.Sprintf("feeds[%d].http.listen", i), f.HTTP.Listen)
+		}
+	}
+	return out
+}
+
+// checkQuery runs a feed's query with no rows wanted: the database, tables
+// and columns must exist and be readable.
+func checkQuery(ctx context.Context, conn warehouse.QueryConn, query string) error {
+	rows, err := conn.Query(ctx, "SELECT * FROM ("+strings.TrimRight(strings.TrimSpace(query), ";")+") LIMIT 0")
+	if err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
 }

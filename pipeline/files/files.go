@@ -1,8 +1,8 @@
 // Package files finds the files respondents uploaded in a response and
 // describes the index row (table uploaded_files) each stored file gets.
 //
-// The detection rule is REFERENCE's decision, kept here and nowhere else:
-// the spec's answer object has no file field, so a question whose `type`
+// The detection rule is docs/api.md's decision, kept here and nowhere else:
+// the API's answer object (docs/api.md §2.5) has no file field, so a question whose `type`
 // contains one of a configurable list of substrings (default "file" and
 // "upload", case-insensitive) carries its file ids as GUIDs in its answers'
 // `text` (possibly several, separated by commas, semicolons or whitespace)
@@ -25,11 +25,11 @@ import (
 )
 
 // DefaultTypeMatch is the default list of question-type substrings that mark
-// an upload question (REFERENCE: "a question whose type contains file or
+// an upload question (docs/api.md: "a question whose type contains file or
 // upload").
 var DefaultTypeMatch = []string{"file", "upload"}
 
-// FileRef names one uploaded file: the download path of spec §4.5 plus the
+// FileRef names one uploaded file: the download path of docs/api.md §4.5 plus the
 // question it was uploaded to (the join key with answers_current).
 type FileRef struct {
 	SurveyID   int64

@@ -83,7 +83,7 @@ func InDateRange(t time.Time) bool {
 // tables. It is not safe for concurrent use: the pipeline keeps one per
 // flatten goroutine. Release it when done.
 //
-// What it writes, per item (DESIGN §4):
+// What it writes, per item (docs/schema.md):
 //   - one responses row. A deleted item (Item.Deleted, or response_status
 //     "deleted" in the detail) gets is_deleted=1, response_status "deleted"
 //     and no answers rows; the other columns come from the detail when there

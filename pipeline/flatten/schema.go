@@ -1,6 +1,6 @@
 // Package flatten turns survey responses into columnar Apache Arrow records:
 // one row per response in the responses table and one row per answer cell
-// in the long answers table (DESIGN §4). It is pure: no I/O, no goroutines.
+// in the long answers table (docs/schema.md). It is pure: no I/O, no goroutines.
 package flatten
 
 import (

@@ -1,9 +1,9 @@
 // Package survey holds the domain types of the survey service's v1 API
-// (spec §2) as surveysync sees them: contacts, sends, response lists,
+// (docs/api.md §2) as surveysync sees them: contacts, sends, response lists,
 // responses with their pages, questions and answers, and webhook events.
 //
 // The types decode every variant the service is known to send
-// (REFERENCE.md): GUIDs in either case (normalised to lower case), times
+// (docs/api.md): GUIDs in either case (normalised to lower case), times
 // with 0 to 7 fractional digits, numbers given as text, a missing title.
 // The client (source/surveyapi), the emulator (source/sim), the flattener
 // (pipeline/flatten) and the webhook receiver (webhookrx) all share them.
@@ -19,7 +19,7 @@ import (
 	"time"
 )
 
-// Response statuses as a response record reports them (spec §3). The list
+// Response statuses as a response record reports them (docs/api.md §3). The list
 // filter also knows StatusQuotaFull; the emulator reports it in records too.
 const (
 	StatusPartial      = "partial"
@@ -170,7 +170,7 @@ func Str(s string) *string { return &s }
 // Bool returns a pointer to b, for building optional fields.
 func Bool(b bool) *bool { return &b }
 
-// Contact is the input of create contact (spec §2.1). Every field is
+// Contact is the input of create contact (docs/api.md §2.1). Every field is
 // optional; empty ones are omitted on the wire.
 type Contact struct {
 	ImportNumber               *FlexInt `json:"import_number,omitempty"`
@@ -200,32 +200,32 @@ type Contact struct {
 	SalutationIncludeLastName  *bool    `json:"salutation_include_last_name,omitempty"`
 }
 
-// CreatedContact is the result of create contact (spec §2.2).
+// CreatedContact is the result of create contact (docs/api.md §2.2).
 type CreatedContact struct {
 	ID        int64  `json:"id"`
 	SurveyURL string `json:"survey_url"`
 	CreatedAt Time   `json:"created_at"`
 }
 
-// SendRequest is the body of send message (spec §4.2); a nil ScheduledDate
+// SendRequest is the body of send message (docs/api.md §4.2); a nil ScheduledDate
 // sends at once.
 type SendRequest struct {
 	ScheduledDate *Time `json:"scheduled_date,omitempty"`
 }
 
-// ContactsCount summarises a message's contacts (spec §2.3).
+// ContactsCount summarises a message's contacts (docs/api.md §2.3).
 type ContactsCount struct {
 	Pending int64 `json:"pending"`
 	Sent    int64 `json:"sent"`
 	Bounces int64 `json:"bounces"`
 }
 
-// SendResult is the result of send message (spec §2.3).
+// SendResult is the result of send message (docs/api.md §2.3).
 type SendResult struct {
 	ContactsCount ContactsCount `json:"contacts_count"`
 }
 
-// ListQuery holds the filters of list responses (spec §4.3). Zero values are
+// ListQuery holds the filters of list responses (docs/api.md §4.3). Zero values are
 // not sent.
 type ListQuery struct {
 	Page             int
@@ -237,7 +237,7 @@ type ListQuery struct {
 	Status           string // completed (default), disqualified, quotafull, partial
 }
 
-// ResponseList is one page of list responses (spec §2.4).
+// ResponseList is one page of list responses (docs/api.md §2.4).
 type ResponseList struct {
 	PerPage int           `json:"per_page"`
 	Page    int           `json:"page"`
@@ -251,7 +251,7 @@ type ResponseRef struct {
 	Href       string `json:"href"`
 }
 
-// Response is one response's detail (spec §2.5).
+// Response is one response's detail (docs/api.md §2.5).
 type Response struct {
 	ResponseID     GUID           `json:"response_id"`
 	SurveyID       int64          `json:"survey_id"`
@@ -289,7 +289,7 @@ type Question struct {
 }
 
 // Answer is one answer cell; every field is optional. FileID is not in the
-// spec: REFERENCE's decision is that upload questions carry file GUIDs in
+// spec: docs/api.md's decision is that upload questions carry file GUIDs in
 // Text, and in file_id when the service sends it.
 type Answer struct {
 	RowID       *FlexInt `json:"row_id,omitempty"`
@@ -304,7 +304,7 @@ type Answer struct {
 	FileID      *GUID    `json:"file_id,omitempty"`
 }
 
-// Webhook event names (REFERENCE "Webhooks"). Survey-ended events are
+// Webhook event names (docs/api.md section 11). Survey-ended events are
 // undocumented; all three spellings are accepted.
 const (
 	EventSurveyLaunched   = "survey_launched"

@@ -30,7 +30,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
-// Download is an uploaded file as the API serves it (spec §4.5). The copier
+// Download is an uploaded file as the API serves it (docs/api.md §4.5). The copier
 // closes Body.
 type Download struct {
 	Body        io.ReadCloser

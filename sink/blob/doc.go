@@ -1,4 +1,4 @@
-// Package blob copies the files respondents uploaded (spec §4.5) into object
+// Package blob copies the files respondents uploaded (docs/api.md §4.5) into object
 // storage through gocloud.dev/blob, once, verified, and indexes each one.
 //
 // Where: a Store opened from a URL — file:///abs/dir (the default: the data

@@ -22,7 +22,7 @@ import (
 //	list<string>        → [][]string (Nested / Array(String))
 
 // insertSQL is the INSERT statement naming every column of schema (old
-// servers need the list, DESIGN §7).
+// servers need the list).
 func insertSQL(table string, schema *arrow.Schema) string {
 	var b strings.Builder
 	b.WriteString("INSERT INTO ")

@@ -388,7 +388,8 @@ func TestStatesRoundTrip(t *testing.T) {
 	w1 := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)
 	states := []pipeline.StreamState{
 		{SurveyID: 42, Stream: pipeline.StreamCompleted, Watermark: w1, LastRunAt: w1.Add(time.Minute), Synced: 10, UpdatedAt: w1},
-		{SurveyID: 42, Stream: pipeline.StreamPartial, Watermark: w1, LastRunAt: w1, LastError: "HTTP 503 from /surveys/42/responses", Synced: 3, UpdatedAt: w1},
+		{SurveyID: 42, Stream: pipeline.StreamPartial, Watermark: w1, LastRunAt: w1, LastError: "HTTP 503 from /surveys/42/responses", Synced: 3, UpdatedAt: w1,
+			CycleStartedAt: w1.Add(time.Minute), CycleListed: 6000, CycleDone: 1200},
 	}
 	if err := s.SaveStates(ctx, states); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,49 @@ ORDER BY survey_id, stream`, s.table("sync_state"))
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("clickhouse: load states from %s: %w", s.table("sync_state"), err)
 	}
+	if err := s.loadProgress(ctx, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// loadProgress fills the cycle progress of states from sync_progress.
+func (s *Sink) loadProgress(ctx context.Context, states []pipeline.StreamState) error {
+	table := s.table("sync_progress")
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT survey_id, stream,
+    argMax(cycle_started_at, _version), argMax(listed, _version), argMax(done, _version)
+FROM %s
+GROUP BY survey_id, stream`, table))
+	if err != nil {
+		return fmt.Errorf("clickhouse: load progress from %s: %w", table, err)
+	}
+	defer rows.Close()
+	type key struct {
+		survey int64
+		stream string
+	}
+	idx := make(map[key]int, len(states))
+	for i, st := range states {
+		idx[key{st.SurveyID, st.Stream}] = i
+	}
+	for rows.Next() {
+		var k key
+		var started time.Time
+		var listed, done int64
+		if err := rows.Scan(&k.survey, &k.stream, &started, &listed, &done); err != nil {
+			return fmt.Errorf("clickhouse: load progress from %s: %w", table, err)
+		}
+		i, ok := idx[k]
+		if !ok || started.Unix() <= 0 {
+			continue
+		}
+		states[i].CycleStartedAt = started.UTC()
+		states[i].CycleListed, states[i].CycleDone = listed, done
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: load progress from %s: %w", table, err)
+	}
+	return nil
 }
 
 // SaveStates appends one row per state; the newest row of a (survey,
@@ -67,6 +109,31 @@ func (s *Sink) SaveStates(ctx context.Context, states []pipeline.StreamState) er
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("clickhouse: save states into %s: %w", table, err)
+	}
+	return s.saveProgress(ctx, states, now)
+}
+
+// saveProgress appends the cycle progress of states to sync_progress
+// (cycle_started_at 1970-01-01 when no cycle runs).
+func (s *Sink) saveProgress(ctx context.Context, states []pipeline.StreamState, now time.Time) error {
+	table := s.table("sync_progress")
+	batch, err := s.conn.PrepareBatch(s.insertCtx(ctx), "INSERT INTO "+table+
+		" (survey_id, stream, cycle_started_at, listed, done, updated_at, _version)")
+	if err != nil {
+		return fmt.Errorf("clickhouse: save progress into %s: %w", table, err)
+	}
+	defer batch.Close()
+	for _, st := range states {
+		started := time.Unix(0, 0).UTC()
+		if !st.CycleStartedAt.IsZero() {
+			started = st.CycleStartedAt.UTC()
+		}
+		if err := batch.Append(st.SurveyID, st.Stream, started, st.CycleListed, st.CycleDone, now, s.nextVersion()); err != nil {
+			return fmt.Errorf("clickhouse: save progress into %s: survey %d stream %s: %w", table, st.SurveyID, st.Stream, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("clickhouse: save progress into %s: %w", table, err)
 	}
 	return nil
 }

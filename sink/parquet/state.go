@@ -38,6 +38,10 @@ type stateEntry struct {
 	LastError string    `json:"last_error,omitempty"`
 	Synced    int64     `json:"synced"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	CycleStartedAt time.Time `json:"cycle_started_at,omitzero"`
+	CycleListed    int64     `json:"cycle_listed,omitempty"`
+	CycleDone      int64     `json:"cycle_done,omitempty"`
 }
 
 type surveysDoc struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -45,6 +46,11 @@ func (d csvDir) path(parts ...string) string {
 }
 
 func (d csvDir) prepare() error {
+	// The drop folder itself is the operator's: a missing one is a
+	// configuration mistake, not something to create silently.
+	if err := CheckDir(d.f.opts.CSVDir.Dir); err != nil {
+		return fmt.Errorf("feed %s: %w", d.f.opts.Name, err)
+	}
 	for _, sub := range []string{dirProcessing, dirDone, dirFailed} {
 		if err := os.MkdirAll(d.path(sub), 0o755); err != nil {
 			return fmt.Errorf("feed %s: %w", d.f.opts.Name, err)
@@ -288,4 +294,27 @@ func ReadFileReport(path string) (*FileReport, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &r, nil
+}
+
+// CheckDir checks that a csv_dir feed's drop folder exists, is a folder
+// and can be read; the error names it.
+func CheckDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("csv_dir.dir %s does not exist (create it, or point csv_dir.dir at the folder files are dropped into)", dir)
+	case err != nil:
+		return fmt.Errorf("csv_dir.dir %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("csv_dir.dir %s is not a folder", dir)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("csv_dir.dir %s cannot be read: %w", dir, err)
+	}
+	defer f.Close()
+	if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("csv_dir.dir %s cannot be read: %w", dir, err)
+	}
+	return nil
 }

@@ -1,6 +1,6 @@
 // Package feed pushes contacts from configured feeds into the survey
-// service's distribution channels (spec §4.1) and triggers email sends
-// (spec §4.2): each feed row once, every outcome audited in a Ledger.
+// service's distribution channels (docs/api.md §4.1) and triggers email sends
+// (docs/api.md §4.2): each feed row once, every outcome audited in a Ledger.
 //
 // Three kinds of feed share one pipeline (see docs/feeds.md):
 //
@@ -69,7 +69,7 @@ type Options struct {
 	Type           string // csv_dir | http | clickhouse_query
 	DistributionID int64  // the email campaign or CATI channel receiving the contacts
 	Channel        string // email | cati | "" (no channel-specific requirement)
-	// Mapping maps a contact field of spec §2.1 (email, first_name,
+	// Mapping maps a contact field of docs/api.md §2.1 (email, first_name,
 	// user_field1, import_number, salutation_generate, …) to a source column.
 	Mapping    map[string]string
 	Salutation Salutation
@@ -92,7 +92,7 @@ type Options struct {
 }
 
 // Salutation holds the salutation flags sent with every contact of the feed
-// (spec §2.1); a mapped column of the same field overrides them per row.
+// (docs/api.md §2.1); a mapped column of the same field overrides them per row.
 type Salutation struct {
 	Generate         bool
 	PrefixMale       string // e.g. "Vážený pane"
@@ -227,7 +227,7 @@ func (o *Options) validate() error {
 	}
 	for field, col := range o.Mapping {
 		if _, ok := contactFields[field]; !ok {
-			return errf("mapping: unknown contact field %q (spec §2.1)", field)
+			return errf("mapping: unknown contact field %q (docs/api.md §2.1)", field)
 		}
 		if col == "" {
 			return errf("mapping: field %q has no source column", field)

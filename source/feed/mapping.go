@@ -22,7 +22,7 @@ const (
 	kindBool
 )
 
-// fieldSpec describes one contact field of spec §2.1 and how a source value
+// fieldSpec describes one contact field of docs/api.md §2.1 and how a source value
 // is checked and set. The spec gives no lengths; these limits are ours
 // (docs/feeds.md "Validation").
 type fieldSpec struct {

@@ -1,5 +1,5 @@
 // Package poll reads every survey's responses from the list operation and
-// hands each one to the pipeline (DESIGN §5).
+// hands each one to the pipeline (docs/architecture.md).
 //
 // A survey has one stream per list status. The completed, disqualified and
 // quota-full streams read windows of date_completed from the stream's
@@ -116,6 +116,15 @@ type Options struct {
 	// in one stream is not reconciled (its id set would not fit): 2 000 000.
 	MaxReconcileResponses int
 
+	// ProgressInterval is how often a long cycle (a backfill) saves its
+	// progress in the stream's state and the poller logs the overall
+	// progress. 10 s.
+	ProgressInterval time.Duration
+	// Unreadable reports whether a list error means the survey cannot be
+	// read at all (404, 403): such a survey fails its first pass (see
+	// FirstPassErrors) instead of holding it open. nil: none is.
+	Unreadable func(error) bool
+
 	Now func() time.Time
 	// After is the timer the scheduler sleeps on (time.After); the
 	// benchmark passes a compressed clock.
@@ -133,6 +142,9 @@ func (o *Options) defaults() {
 	}
 	if o.Overlap <= 0 {
 		o.Overlap = 10 * time.Minute
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = 10 * time.Second
 	}
 	if o.SettleLag < 0 {
 		o.SettleLag = 0
@@ -216,8 +228,12 @@ type Poller struct {
 	wakeAll chan struct{}
 
 	firstMu      sync.Mutex
-	firstPending map[int64]bool // configured surveys whose first cycle is not done
+	firstPending map[int64]bool  // configured surveys whose first cycle is not done
+	firstFailed  map[int64]error // configured surveys that cannot be read
 	firstDone    chan struct{}
+
+	progMu   sync.Mutex
+	inflight map[streamKey]*pass // cycles running now, for the progress log
 }
 
 type streamKey struct {
@@ -248,7 +264,9 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		wakeAll: make(chan struct{}, 1),
 
 		firstPending: map[int64]bool{},
+		firstFailed:  map[int64]error{},
 		firstDone:    make(chan struct{}),
+		inflight:     map[streamKey]*pass{},
 	}
 	for _, id := range o.Ended {
 		p.ended[id] = true
@@ -262,14 +280,32 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 }
 
 // FirstPassDone is closed once every configured survey has finished one
-// cycle of every stream without error: the backfill is caught up.
+// cycle of every stream without error, or was found unreadable (see
+// FirstPassErrors): the backfill is caught up.
 func (p *Poller) FirstPassDone() <-chan struct{} { return p.firstDone }
 
-func (p *Poller) markFirstPass(id int64) {
+// FirstPassErrors returns, by survey id, the configured surveys that
+// cannot be read (Options.Unreadable), with the error.
+func (p *Poller) FirstPassErrors() map[int64]error {
+	p.firstMu.Lock()
+	defer p.firstMu.Unlock()
+	out := make(map[int64]error, len(p.firstFailed))
+	for id, err := range p.firstFailed {
+		out[id] = err
+	}
+	return out
+}
+
+// markFirstPass records the end of a configured survey's first pass: done,
+// or failed with err.
+func (p *Poller) markFirstPass(id int64, err error) {
 	p.firstMu.Lock()
 	defer p.firstMu.Unlock()
 	if !p.firstPending[id] {
 		return
+	}
+	if err != nil {
+		p.firstFailed[id] = err
 	}
 	delete(p.firstPending, id)
 	if len(p.firstPending) == 0 {
@@ -401,6 +437,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	if p.budget != nil {
 		g.Go(func() error { return p.budget.run(gctx, p.o.BudgetTick, p.o.After) })
 	}
+	g.Go(func() error { p.logProgress(gctx); return nil })
 	g.Go(func() error {
 		for {
 			select {
@@ -533,6 +570,9 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 				s.found, s.err = p.cycle(gctx, id, stream)
 				s.t1 = p.o.Now()
 				if s.err != nil && gctx.Err() == nil {
+					if p.o.Unreadable != nil && p.o.Unreadable(s.err) {
+						return nil // reported once for the survey below
+					}
 					p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
 						"survey_id", id, "stream", stream, "err", s.err)
 				}
@@ -562,11 +602,19 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 			}
 		}
 		allOK := true
+		var unreadable error
 		for _, s := range scheds {
 			allOK = allOK && s.ok
+			if unreadable == nil && s.err != nil && p.o.Unreadable != nil && p.o.Unreadable(s.err) {
+				unreadable = s.err
+			}
 		}
-		if allOK {
-			p.markFirstPass(id)
+		if unreadable != nil {
+			p.o.Logger.Error("survey cannot be read: check its id in surveys and the token's rights; retried at the stream's interval",
+				"survey_id", id, "err", unreadable)
+			p.markFirstPass(id, unreadable)
+		} else if allOK {
+			p.markFirstPass(id, nil)
 		}
 		if p.inv != nil && p.o.ReconcileInterval > 0 && (ending || !p.o.Now().Before(nextReconcile)) {
 			every := p.stretched(p.o.ReconcileInterval)
@@ -710,6 +758,12 @@ type pass struct {
 	rescan bool         // a partial stream's full rescan: held partials are re-read
 	found  atomic.Int64 // responses new to us or changed
 	synced atomic.Int64
+
+	// progress: when the cycle started, responses its lists announced, and
+	// those done (written, or skipped as held).
+	start  time.Time
+	listed atomic.Int64
+	done   atomic.Int64
 }
 
 // cycle reads one stream of one survey from its watermark to now. It
@@ -754,15 +808,56 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 	start := p.o.Now()
 	// After the backfill, most of what a cycle lists was written before:
 	// let the pipeline skip unchanged details.
-	c := &pass{survey: surveyID, stream: stream, rescan: rescan,
+	c := &pass{survey: surveyID, stream: stream, rescan: rescan, start: start,
 		tr: &tracker{mark: st.Watermark, done: make(chan struct{}, 1), skipUnchanged: !st.Watermark.IsZero()}}
+	p.progMu.Lock()
+	p.inflight[key] = c
+	p.progMu.Unlock()
+	defer func() {
+		p.progMu.Lock()
+		delete(p.inflight, key)
+		p.progMu.Unlock()
+	}()
+	// st is saved by this goroutine and, during a long cycle, by the
+	// progress saver below; stMu orders the two.
+	var stMu sync.Mutex
+	st.CycleStartedAt = start
+	saveLocked := func() {
+		st.CycleListed, st.CycleDone = c.listed.Load(), c.done.Load()
+		p.save(ctx, key, st)
+	}
+	progCtx, stopProgress := context.WithCancel(ctx)
+	progStopped := make(chan struct{})
+	go func() {
+		defer close(progStopped)
+		t := time.NewTicker(p.o.ProgressInterval)
+		defer t.Stop()
+		var lastL, lastD int64 = -1, -1
+		for {
+			select {
+			case <-t.C:
+				l, d := c.listed.Load(), c.done.Load()
+				if l != lastL || d != lastD {
+					lastL, lastD = l, d
+					stMu.Lock()
+					saveLocked()
+					stMu.Unlock()
+				}
+			case <-progCtx.Done():
+				return
+			}
+		}
+	}()
+	defer func() { stopProgress(); <-progStopped }()
 	err := p.split(ctx, c, from, to, nil)
 	// Wait for every submitted response to be acknowledged, saving progress.
 	for {
 		mark, inflight, werr := c.tr.snapshot()
 		if mark.After(st.Watermark) {
+			stMu.Lock()
 			st.Watermark = mark
-			p.save(ctx, key, st)
+			saveLocked()
+			stMu.Unlock()
 		}
 		if inflight == 0 || ctx.Err() != nil {
 			if err == nil {
@@ -778,6 +873,9 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 	if ctx.Err() != nil {
 		return int(c.found.Load()), ctx.Err()
 	}
+	stopProgress()
+	<-progStopped
+	st.CycleStartedAt, st.CycleListed, st.CycleDone = time.Time{}, 0, 0
 	st.LastRunAt = start
 	st.Synced += c.synced.Load()
 	st.LastError = ""
@@ -842,6 +940,9 @@ func (p *Poller) split(ctx context.Context, c *pass, from, to time.Time, first *
 		if first, err = p.list(ctx, c, from, to, 1); err != nil {
 			return err
 		}
+		// The cycle's whole window (halves come with their first page):
+		// what its progress counts towards.
+		c.listed.Add(int64(first.Total))
 	}
 	if first.Total > p.o.MaxWindowResponses && to.Sub(from) > 2*time.Second {
 		mid := from.Add(to.Sub(from) / 2).Truncate(time.Second)
@@ -952,12 +1053,13 @@ func (p *Poller) consider(ctx context.Context, c *pass, w *window, id survey.GUI
 	same := sameStatus(c.stream, h)
 	if same && !(c.rescan && h == hsPartial) {
 		p.m.skipped.WithLabelValues(c.stream).Inc()
+		c.done.Add(1)
 		return nil
 	}
 	if !same {
 		c.found.Add(1)
 	}
-	return p.submit(ctx, c.tr, w, c.survey, id, "poll", c.stream, func() { c.synced.Add(1) })
+	return p.submit(ctx, c.tr, w, c.survey, id, "poll", c.stream, func() { c.synced.Add(1); c.done.Add(1) })
 }
 
 func (p *Poller) failWindow(tr *tracker, w *window, err error) {
@@ -1096,4 +1198,58 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 			"vanished", len(vanished), "missing", len(missing), "status_changed", len(changed))
 	}
 	return nil
+}
+
+// logProgress logs, every ProgressInterval while cycles have been running
+// longer than that (a backfill), how far they are: responses written of
+// those listed, the rate, and an estimate of the time left.
+func (p *Poller) logProgress(ctx context.Context) {
+	for {
+		select {
+		case <-p.o.After(p.o.ProgressInterval):
+		case <-ctx.Done():
+			return
+		}
+		now := p.o.Now()
+		var listed, done int64
+		var oldest time.Time
+		streams := 0
+		p.progMu.Lock()
+		for _, pr := range p.inflight {
+			if now.Sub(pr.start) < p.o.ProgressInterval {
+				continue
+			}
+			streams++
+			listed += pr.listed.Load()
+			done += pr.done.Load()
+			if oldest.IsZero() || pr.start.Before(oldest) {
+				oldest = pr.start
+			}
+		}
+		p.progMu.Unlock()
+		if streams == 0 || listed == 0 {
+			continue
+		}
+		rate, eta := Rate(done, listed, now.Sub(oldest))
+		attrs := []any{"done", done, "listed", listed, "percent", done * 100 / listed,
+			"per_second", fmt.Sprintf("%.1f", rate), "streams", streams}
+		if eta > 0 {
+			attrs = append(attrs, "eta", eta.String())
+		}
+		p.o.Logger.Info("sync progress", attrs...)
+	}
+}
+
+// Rate is the pace of a cycle that wrote done of listed responses in
+// elapsed, per second, and the time left at that pace (0 when unknown).
+func Rate(done, listed int64, elapsed time.Duration) (float64, time.Duration) {
+	if elapsed <= 0 || done <= 0 {
+		return 0, 0
+	}
+	rate := float64(done) / elapsed.Seconds()
+	left := listed - done
+	if left <= 0 {
+		return rate, 0
+	}
+	return rate, (time.Duration(float64(left)/rate) * time.Second).Truncate(time.Second)
 }

@@ -32,6 +32,7 @@ type fakeAPI struct {
 	calls   int
 	onList  func(q survey.ListQuery)
 	failAll error
+	failFor map[int64]error // by survey
 }
 
 func (f *fakeAPI) ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error) {
@@ -43,6 +44,9 @@ func (f *fakeAPI) ListResponses(ctx context.Context, surveyID int64, q survey.Li
 	f.calls++
 	if f.failAll != nil {
 		return nil, f.failAll
+	}
+	if err := f.failFor[surveyID]; err != nil {
+		return nil, err
 	}
 	var match []fakeResp
 	for _, r := range f.resps {
@@ -262,5 +266,94 @@ func TestRunStopsOnCancel(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A survey the service does not know ends its first pass with the error,
+// so that --exit-when-synced can say so instead of waiting forever.
+func TestUnreadableSurveyEndsFirstPass(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	errGone := errors.New("not found")
+	api := &fakeAPI{resps: gen(10, now.Add(-time.Hour), survey.StatusCompleted),
+		failFor: map[int64]error{999: fmt.Errorf("list: %w", errGone)}}
+	sub := &fakeSub{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := New(Options{Surveys: []int64{1, 999}, Statuses: []string{"completed"}, PollInterval: time.Hour, ReconcileInterval: -1,
+		Unreadable: func(err error) bool { return errors.Is(err, errGone) },
+		Now:        func() time.Time { return now }}, api, sub, &memStates{}, nil)
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case <-p.FirstPassDone():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first pass never ended")
+	}
+	errs := p.FirstPassErrors()
+	if len(errs) != 1 || !errors.Is(errs[999], errGone) {
+		t.Fatalf("FirstPassErrors = %v", errs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gatedSub acknowledges the first n refs at once and the others when
+// release is closed.
+type gatedSub struct {
+	mu      sync.Mutex
+	n       int
+	seen    int
+	release chan struct{}
+}
+
+func (s *gatedSub) Submit(ctx context.Context, r pipeline.Ref) error {
+	s.mu.Lock()
+	s.seen++
+	now := s.seen <= s.n
+	s.mu.Unlock()
+	if now {
+		go r.Done(nil)
+		return nil
+	}
+	go func() { <-s.release; r.Done(nil) }()
+	return nil
+}
+
+// A long cycle saves its progress (listed, written) while it runs, and
+// clears it when done.
+func TestLongCycleSavesProgress(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	api := &fakeAPI{resps: gen(50, now.Add(-time.Hour), survey.StatusCompleted)}
+	sub := &gatedSub{n: 20, release: make(chan struct{})}
+	st := &memStates{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 10, ProgressInterval: 10 * time.Millisecond,
+		Now: func() time.Time { return now }}, api, sub, st, nil)
+	done := make(chan error)
+	go func() { _, err := p.cycle(context.Background(), 1, "completed"); done <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st.mu.Lock()
+		s := st.m[streamKey{1, "completed"}]
+		st.mu.Unlock()
+		if s.CycleListed == 50 && s.CycleDone == 20 && s.InCycle() && s.Synced == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress saved: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(sub.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := st.m[streamKey{1, "completed"}]
+	if s.InCycle() || s.CycleListed != 0 || s.CycleDone != 0 || s.Synced != 50 {
+		t.Fatalf("after the cycle: %+v", s)
+	}
+	if rate, eta := Rate(20, 50, 10*time.Second); rate != 2 || eta != 15*time.Second {
+		t.Errorf("Rate(20, 50, 10s) = %v, %v", rate, eta)
 	}
 }

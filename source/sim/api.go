@@ -351,7 +351,7 @@ func parseListQuery(r *http.Request) (listQuery, string) {
 		}
 		*d.t, *d.has = t.UnixNano(), true
 	}
-	if q.status == stPartial { // not applicable to partial responses (spec §4.3)
+	if q.status == stPartial { // not applicable to partial responses (docs/api.md §4.3)
 		q.hasSC, q.hasEC = false, false
 	}
 	return q, ""

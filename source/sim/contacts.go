@@ -11,7 +11,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
-// Contacts and sends (spec §4.1, §4.2).
+// Contacts and sends (docs/api.md §4.1, §4.2).
 
 // ReceivedContact is a contact the emulator created.
 type ReceivedContact struct {

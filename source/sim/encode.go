@@ -103,7 +103,7 @@ func appendKey(b []byte, first *bool, key string) []byte {
 	return append(b, '"', ':')
 }
 
-// appendResponse encodes a response detail (spec §2.5).
+// appendResponse encodes a response detail (docs/api.md §2.5).
 func appendResponse(b []byte, r *survey.Response, o encOpts) []byte {
 	b = append(b, `{"response_id":`...)
 	b = appendGUIDString(b, r.ResponseID, o.upper)
@@ -196,7 +196,7 @@ func appendQuestion(b []byte, q *survey.Question, o encOpts) []byte {
 }
 
 // isFileType reports whether a question type is an upload question
-// (REFERENCE: the type contains "file" or "upload").
+// (docs/api.md: the type contains "file" or "upload").
 func isFileType(t string) bool {
 	return strings.Contains(t, "file") || strings.Contains(t, "upload")
 }

@@ -263,7 +263,7 @@ type header struct {
 }
 
 // digitChoices are the numbers of fractional digits generated timestamps
-// carry, as the service's vary (REFERENCE: 0 to 7).
+// carry, as the service's vary (docs/api.md: 0 to 7).
 var digitChoices = [8]int{0, 7, 7, 3, 0, 6, 7, 2}
 
 var pow10 = [10]int64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000}

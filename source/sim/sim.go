@@ -1,5 +1,5 @@
 // Package sim is an in-process emulator of the whole Click4Survey v1 API
-// (spec 000_95df5142a760bdc3 + REFERENCE.md), backed by memory. Tests,
+// (docs/api.md), backed by memory. Tests,
 // benchmarks and the demo (cmd/surveysim) run surveysync against it.
 //
 // Responses are generated lazily and deterministically from (survey seed,
@@ -168,7 +168,7 @@ type surveyGen struct {
 	q        *questionnaire
 }
 
-// Default webhook schedule of the service (REFERENCE "Webhooks").
+// Default webhook schedule of the service (docs/api.md section 11).
 var defaultSchedule = []time.Duration{0, 3 * time.Second, 30 * time.Second, 5 * time.Minute, time.Hour, 24 * time.Hour}
 
 // New creates an emulator. Close it to stop its webhook senders.

@@ -188,7 +188,7 @@ func New(o Options) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	// The exact spellings of the spec; Go writes header keys as given.
+	// The exact spellings of docs/api.md §1; Go writes header keys as given.
 	c.header = http.Header{
 		"X-API-TOKEN":  {o.Token},
 		"User-Agent":   {o.UserAgent},

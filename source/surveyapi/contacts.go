@@ -10,7 +10,7 @@ import (
 )
 
 // CreateContact adds a contact to an email-campaign or CATI distribution
-// (spec §4.1). The service has no idempotency key and no duplicate
+// (docs/api.md §4.1). The service has no idempotency key and no duplicate
 // detection, so the call is never repeated once it may have reached the
 // service: a timeout or connection reset after the request was written
 // returns an error matching ErrUncertain. 429, 5xx answers and connections
@@ -43,7 +43,7 @@ func (c *Client) CreateContact(ctx context.Context, distributionID int64, ct sur
 }
 
 // SendMessage sends, or schedules, a campaign message to every contact of
-// the distribution not yet sent to (spec §4.2). Retries follow
+// the distribution not yet sent to (docs/api.md §4.2). Retries follow
 // CreateContact's rules; the call itself is safe to repeat later (the
 // service only sends to contacts not yet sent to). An answer without a
 // result is accepted: the counts are then zero.

@@ -1,4 +1,4 @@
-// Package surveyapi is the client of the survey service's v1 API (spec §4):
+// Package surveyapi is the client of the survey service's v1 API (docs/api.md §4):
 // create contact, send message, list responses, get a response, download an
 // uploaded file, and a cheap token check (Ping). One *Client is shared by
 // every caller of the process, because the limits it enforces are the
@@ -15,7 +15,7 @@
 //   - a 401 stop: calls fail fast with ErrUnauthorized; one probe per minute
 //     checks whether the token was fixed (Healthy, LastAuthError).
 //
-// Status policy (REFERENCE.md): 400/405 and other 4xx, 403, 404 are final
+// Status policy (docs/api.md §7): 400/405 and other 4xx, 403, 404 are final
 // (*APIError; 404 matches survey.ErrNotFound); 429, 5xx, timeouts and
 // connection failures are retried with exponential backoff and full jitter,
 // at most Options.MaxRetries times, honouring Retry-After. Create contact

@@ -22,8 +22,8 @@ type File struct {
 	Size        int64  // Content-Length, -1 when unknown
 }
 
-// DownloadFile opens a file a respondent uploaded (spec §4.5, REFERENCE
-// "Uploaded files"). Retries and limits apply until the headers arrive;
+// DownloadFile opens a file a respondent uploaded (docs/api.md §4.5 and
+// section 10). Retries and limits apply until the headers arrive;
 // then the body streams without holding a concurrency slot (the caller
 // bounds its own downloads), and Options.Timeout applies to each Read that
 // waits for data, not to the whole transfer. An error while reading the

@@ -11,7 +11,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/survey"
 )
 
-// ListResponses reads one page of a survey's responses (spec §4.3). Zero
+// ListResponses reads one page of a survey's responses (docs/api.md §4.3). Zero
 // fields of q are not sent (the service's defaults apply: page 1, 50 per
 // page, status completed).
 func (c *Client) ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error) {
@@ -82,7 +82,7 @@ func listQuery(q survey.ListQuery) (string, error) {
 	return v.Encode(), nil
 }
 
-// GetResponse reads one response's detail (spec §4.4). A 404 matches
+// GetResponse reads one response's detail (docs/api.md §4.4). A 404 matches
 // survey.ErrNotFound: the response was removed. It implements
 // pipeline.Fetcher.
 func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID survey.GUID) (*survey.Response, error) {

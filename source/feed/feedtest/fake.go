@@ -1,5 +1,5 @@
 // Package feedtest has a small fake of the survey service's contact and
-// send endpoints (spec §4.1, §4.2) for the feed tests: it records every
+// send endpoints (docs/api.md §4.1, §4.2) for the feed tests: it records every
 // contact and send it accepts and injects 429s, 5xx answers and lost
 // answers on demand. The full emulator lives in source/sim; this fake keeps
 // the feed tests exact about what reached the service.
