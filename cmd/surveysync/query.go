@@ -134,10 +134,11 @@ func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, c
 		completed, ok6 := rec.Column(5).(*array.Timestamp)
 		deleted, ok7 := rec.Column(6).(*array.Uint8)
 		versions, ok8 := rec.Column(7).(*array.Uint64)
-		if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8) {
+		ts, ok9 := created.DataType().(*arrow.TimestampType)
+		if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8 && ok9) {
 			return n, fmt.Errorf("unexpected column types: not a surveysync responses file")
 		}
-		unit := created.DataType().(*arrow.TimestampType).Unit
+		unit := ts.Unit
 		for i := 0; i < int(rec.NumRows()); i++ {
 			n++
 			id := ids.Value(i)
