@@ -424,3 +424,27 @@ func TestReconcileKeepsItsIntervalWhileStreamsBackOff(t *testing.T) {
 		t.Fatalf("%v poll cycles; the safety net is 30 min away", n)
 	}
 }
+
+// A window whose total changes during every one of its passes (responses
+// landing on pages already read) is not acknowledged: the watermark stays
+// before it and the next cycle reads it again, instead of moving on after
+// the third pass with a response possibly unread.
+func TestUnstableWindowIsNotAcknowledged(t *testing.T) {
+	var n atomic.Int64
+	c, _ := stub(t, func(q url2) (int, []string) {
+		// Two pages (two ids, then one); every call claims one more.
+		if q.page > 1 {
+			return 3 + int(n.Add(1)), []string{guidN(3)}
+		}
+		return 3 + int(n.Add(1)), []string{guidN(1), guidN(2)}
+	})
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	st := &memStates{}
+	p := New(Options{Statuses: []string{"completed"}, PerPage: 2, Now: func() time.Time { return now }}, c, &fakeSub{}, st, nil)
+	if _, err := p.cycle(context.Background(), 1, "completed"); err == nil || !strings.Contains(err.Error(), "total changed") {
+		t.Fatalf("cycle: %v, want a 'total changed' error", err)
+	}
+	if s := st.m[streamKey{1, "completed"}]; !s.Watermark.IsZero() {
+		t.Fatalf("watermark moved to %v past a window whose total never settled", s.Watermark)
+	}
+}

@@ -1030,8 +1030,18 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 				return err
 			}
 		}
-		if cur.Total == total || attempt >= 3 {
+		if cur.Total == total {
 			return nil
+		}
+		if attempt >= 3 {
+			// Still moving after three passes: a response may have
+			// landed on a page already read. The window is not
+			// acknowledged, so the watermark stays before it and the
+			// next cycle reads it again (the re-reads are idempotent).
+			err := fmt.Errorf("list %s responses of survey %d from %s to %s: total changed during each of %d passes (last %d, then %d): window read again next cycle",
+				c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), attempt, total, cur.Total)
+			p.failWindow(c.tr, w, err)
+			return err
 		}
 		p.m.reread.WithLabelValues(c.stream).Inc()
 		p.o.Logger.Info("window changed while paged; paging it again", "survey_id", c.survey, "stream", c.stream,
