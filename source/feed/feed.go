@@ -37,7 +37,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 // Feed types.
@@ -122,8 +122,9 @@ type QueryOptions struct {
 	Conn  QueryConn // the warehouse's QueryConn()
 }
 
-// QueryConn runs a query; clickhouse-go's driver.Conn implements it.
-type QueryConn = warehouse.QueryConn
+// QueryConn runs a query (sink/record); the ClickHouse warehouse's
+// QueryConn implements it, so this package links no database driver.
+type QueryConn = record.QueryConn
 
 // SendOptions configure the send triggered after a batch. MessageID 0: no send.
 type SendOptions struct {
@@ -162,12 +163,12 @@ const (
 	StateUncertain = "uncertain" // may or may not have been created: never pushed again automatically
 )
 
-// Ledger entries and the Ledger itself are the warehouse's (sink/warehouse):
-// sink/clickhouse and sink/parquet each keep one.
+// Ledger entries and the Ledger itself are the neutral types of sink/record
+// that the warehouse stores: sink/clickhouse and sink/parquet each keep one.
 type (
-	ContactEntry = warehouse.ContactEntry
-	SendEntry    = warehouse.SendEntry
-	Ledger       = warehouse.FeedLedger
+	ContactEntry = record.ContactEntry
+	SendEntry    = record.SendEntry
+	Ledger       = record.FeedLedger
 )
 
 // Send states in the ledger.
