@@ -179,6 +179,15 @@ const (
 	SendUncertain = "uncertain"
 )
 
+// Defaults of the options that config also defaults (a zero option and an
+// unset key mean the same; cmd/surveysync's defaults test checks they agree).
+const (
+	DefaultConcurrency    = 8
+	DefaultCSVDirInterval = 5 * time.Second
+	DefaultQueryInterval  = time.Hour
+	DefaultMaxBodyBytes   = 16 << 20
+)
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 func (o *Options) setDefaults() {
@@ -186,7 +195,7 @@ func (o *Options) setDefaults() {
 		o.DedupeKey = DedupeHash
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = 8
+		o.Concurrency = DefaultConcurrency
 	}
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = 100
@@ -194,13 +203,13 @@ func (o *Options) setDefaults() {
 	if o.Interval <= 0 {
 		switch o.Type {
 		case TypeClickHouseQuery:
-			o.Interval = time.Hour
+			o.Interval = DefaultQueryInterval
 		default:
-			o.Interval = 5 * time.Second
+			o.Interval = DefaultCSVDirInterval
 		}
 	}
 	if o.HTTP.MaxBodyBytes <= 0 {
-		o.HTTP.MaxBodyBytes = 16 << 20
+		o.HTTP.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if o.Send.Schedule.Policy == "" {
 		o.Send.Schedule.Policy = PolicyImmediate
