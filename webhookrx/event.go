@@ -15,7 +15,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 // Event is one webhook delivery as the spool keeps it.
@@ -108,8 +108,9 @@ const (
 )
 
 // LogEntry is one row of the raw webhook log (table webhook_events): the
-// warehouse's entry type, so a warehouse's WebhookLog is an EventLog.
-type LogEntry = warehouse.WebhookEvent
+// neutral entry type of sink/record, so a warehouse's WebhookLog is an
+// EventLog.
+type LogEntry = record.WebhookEvent
 
 // EventLog keeps the raw log of processed events. LogEvents returns nil only
 // once the entries are durable; it is retried otherwise, and the events

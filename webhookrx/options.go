@@ -106,6 +106,14 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Defaults of the options that config also defaults (webhooks.*).
+const (
+	DefaultSignatureTolerance       = 5 * time.Minute
+	DefaultMaxBodyBytes       int64 = 1 << 20
+	DefaultSpoolMaxEvents           = 100_000
+	DefaultSpoolMaxBytes      int64 = 256 << 20
+)
+
 // settings are Options after defaults and parsing.
 type settings struct {
 	Options
@@ -176,16 +184,16 @@ func (o Options) resolve() (*settings, error) {
 			*v = d
 		}
 	}
-	def(&s.MaxBodyBytes, 1<<20)
+	def(&s.MaxBodyBytes, DefaultMaxBodyBytes)
 	defInt(&s.MaxConns, 1024)
-	defInt(&s.SpoolMaxEvents, 100_000)
-	def(&s.SpoolMaxBytes, 256<<20)
+	defInt(&s.SpoolMaxEvents, DefaultSpoolMaxEvents)
+	def(&s.SpoolMaxBytes, DefaultSpoolMaxBytes)
 	def(&s.SegmentBytes, 4<<20)
 	def(&s.SpoolMemoryBytes, 16<<20)
 	defInt(&s.DedupeIDs, 100_000)
 	defInt(&s.ProcessConcurrency, 256)
 	defInt(&s.LogBatch, 1000)
-	defDur(&s.SignatureTolerance, 5*time.Minute)
+	defDur(&s.SignatureTolerance, DefaultSignatureTolerance)
 	defDur(&s.RetryAfter, time.Minute)
 	defDur(&s.RetryInitial, 500*time.Millisecond)
 	defDur(&s.RetryMax, time.Minute)

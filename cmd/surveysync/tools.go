@@ -21,7 +21,7 @@ import (
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
 )
@@ -361,7 +361,7 @@ func listeners(cfg *config.Config) []listener {
 
 // checkQuery runs a feed's query with no rows wanted: the database, tables
 // and columns must exist and be readable.
-func checkQuery(ctx context.Context, conn warehouse.QueryConn, query string) error {
+func checkQuery(ctx context.Context, conn record.QueryConn, query string) error {
 	rows, err := conn.Query(ctx, "SELECT * FROM ("+strings.TrimRight(strings.TrimSpace(query), ";")+") LIMIT 0")
 	if err != nil {
 		return err

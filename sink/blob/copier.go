@@ -142,12 +142,18 @@ type Options struct {
 	Now         func() time.Time
 }
 
+// Defaults of the options that config also defaults (files.*).
+const (
+	DefaultMaxConcurrency       = 4
+	DefaultMaxSize        int64 = 1 << 30
+)
+
 func (o *Options) defaults() {
 	if o.MaxConcurrency <= 0 {
-		o.MaxConcurrency = 4
+		o.MaxConcurrency = DefaultMaxConcurrency
 	}
 	if o.MaxSize == 0 {
-		o.MaxSize = 1 << 30
+		o.MaxSize = DefaultMaxSize
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 10_000

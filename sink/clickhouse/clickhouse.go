@@ -17,6 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultDialTimeout is Options.DialTimeout's default, also config's
+// clickhouse.dial_timeout.
+const DefaultDialTimeout = 10 * time.Second
+
 // Options configure Open. Plain values; cmd/ maps the YAML config onto them.
 type Options struct {
 	// Addr lists host:port of the native protocol (9000, or 9440 with Secure).
@@ -85,7 +89,7 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
 	}
 	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
+		o.DialTimeout = DefaultDialTimeout
 	}
 	if o.MaxRetries < 0 {
 		o.MaxRetries = 0

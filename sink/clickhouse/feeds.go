@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 // FeedLedger is the feed ledger in ClickHouse: tables pushed_contacts and
@@ -15,13 +15,13 @@ import (
 // in well under a second.
 type FeedLedger struct{ s *Sink }
 
-var _ warehouse.FeedLedger = (*FeedLedger)(nil)
+var _ record.FeedLedger = (*FeedLedger)(nil)
 
 // NewFeedLedger returns the feed ledger on s.
 func NewFeedLedger(s *Sink) *FeedLedger { return &FeedLedger{s: s} }
 
 // RecordContacts appends entries in one insert.
-func (l *FeedLedger) RecordContacts(ctx context.Context, entries []warehouse.ContactEntry) error {
+func (l *FeedLedger) RecordContacts(ctx context.Context, entries []record.ContactEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -54,7 +54,7 @@ func (l *FeedLedger) RecordContacts(ctx context.Context, entries []warehouse.Con
 }
 
 // LoadContacts calls fn with the latest entry of every key of feedName.
-func (l *FeedLedger) LoadContacts(ctx context.Context, feedName string, fn func(warehouse.ContactEntry) error) error {
+func (l *FeedLedger) LoadContacts(ctx context.Context, feedName string, fn func(record.ContactEntry) error) error {
 	s := l.s
 	table := s.table("pushed_contacts")
 	rows, err := s.Conn().Query(ctx, "SELECT key, distribution_id, argMax(state, _version), argMax(contact_id, _version),"+
@@ -66,7 +66,7 @@ func (l *FeedLedger) LoadContacts(ctx context.Context, feedName string, fn func(
 	}
 	defer rows.Close()
 	for rows.Next() {
-		e := warehouse.ContactEntry{Feed: feedName}
+		e := record.ContactEntry{Feed: feedName}
 		if err := rows.Scan(&e.Key, &e.DistributionID, &e.State, &e.ContactID, &e.SurveyURL, &e.Error,
 			&e.BatchID, &e.File, &e.Line, &e.UpdatedAt, &e.Version); err != nil {
 			return fmt.Errorf("clickhouse: load feed rows from %s: %w", table, err)
@@ -82,7 +82,7 @@ func (l *FeedLedger) LoadContacts(ctx context.Context, feedName string, fn func(
 }
 
 // RecordSend appends one send entry.
-func (l *FeedLedger) RecordSend(ctx context.Context, e warehouse.SendEntry) error {
+func (l *FeedLedger) RecordSend(ctx context.Context, e record.SendEntry) error {
 	s := l.s
 	table := s.table("message_sends")
 	batch, err := s.Conn().PrepareBatch(s.insertCtx(ctx), "INSERT INTO "+table+
@@ -115,7 +115,7 @@ func (l *FeedLedger) RecordSend(ctx context.Context, e warehouse.SendEntry) erro
 }
 
 // LoadSends calls fn with the latest entry of every batch of feedName.
-func (l *FeedLedger) LoadSends(ctx context.Context, feedName string, fn func(warehouse.SendEntry) error) error {
+func (l *FeedLedger) LoadSends(ctx context.Context, feedName string, fn func(record.SendEntry) error) error {
 	s := l.s
 	table := s.table("message_sends")
 	rows, err := s.Conn().Query(ctx, "SELECT batch_id, argMax(distribution_id, _version), argMax(message_id, _version),"+
@@ -127,7 +127,7 @@ func (l *FeedLedger) LoadSends(ctx context.Context, feedName string, fn func(war
 	}
 	defer rows.Close()
 	for rows.Next() {
-		e := warehouse.SendEntry{Feed: feedName}
+		e := record.SendEntry{Feed: feedName}
 		if err := rows.Scan(&e.BatchID, &e.DistributionID, &e.MessageID, &e.State, &e.ScheduledDate, &e.Contacts,
 			&e.Pending, &e.Sent, &e.Bounces, &e.Error, &e.At, &e.Version); err != nil {
 			return fmt.Errorf("clickhouse: load feed sends from %s: %w", table, err)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/sink/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 )
 
@@ -26,16 +29,40 @@ var _ warehouse.Warehouse = (*Sink)(nil)
 func (s *Sink) FileIndex() (files.Index, error) { return NewFileIndex(s), nil }
 
 // FeedLedger is the feed ledger in pushed_contacts and message_sends.
-func (s *Sink) FeedLedger() (warehouse.FeedLedger, error) { return NewFeedLedger(s), nil }
+func (s *Sink) FeedLedger() (record.FeedLedger, error) { return NewFeedLedger(s), nil }
 
 // Inventory reads responses_current.
 func (s *Sink) Inventory() warehouse.Inventory { return s }
 
 // WebhookLog writes webhook_events.
-func (s *Sink) WebhookLog() warehouse.WebhookLog { return NewWebhookLog(s) }
+func (s *Sink) WebhookLog() record.WebhookLog { return NewWebhookLog(s) }
 
-// QueryConn is the connection pool.
-func (s *Sink) QueryConn() warehouse.QueryConn { return s.conn }
+// QueryConn runs queries on the connection pool; its rows are
+// clickhouse-go's, seen through record.Rows.
+func (s *Sink) QueryConn() record.QueryConn { return queryConn{s.conn} }
+
+// queryConn adapts driver.Conn to record.QueryConn.
+type queryConn struct{ conn driver.Conn }
+
+func (q queryConn) Query(ctx context.Context, query string, args ...any) (record.Rows, error) {
+	rows, err := q.conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return queryRows{rows}, nil
+}
+
+// queryRows adapts driver.Rows to record.Rows: only ColumnTypes differs.
+type queryRows struct{ driver.Rows }
+
+func (r queryRows) ColumnTypes() []record.ColumnType {
+	types := r.Rows.ColumnTypes()
+	out := make([]record.ColumnType, len(types))
+	for i, t := range types {
+		out[i] = t
+	}
+	return out
+}
 
 // String names the server and the database.
 func (s *Sink) String() string {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 // WebhookLog writes webhook_events (migration 0010).
@@ -17,7 +17,7 @@ func NewWebhookLog(s *Sink) *WebhookLog { return &WebhookLog{s: s} }
 // LogEvents appends one row per event in one insert. It returns nil
 // only once the rows are written. Logging an event again (same event_id)
 // adds a row that merges collapse (ReplacingMergeTree(_version)).
-func (l *WebhookLog) LogEvents(ctx context.Context, events []warehouse.WebhookEvent) error {
+func (l *WebhookLog) LogEvents(ctx context.Context, events []record.WebhookEvent) error {
 	if len(events) == 0 {
 		return nil
 	}

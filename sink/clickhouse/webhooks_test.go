@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 
@@ -26,7 +26,7 @@ func testWebhookLog(t *testing.T, mod func(*Options), storage string) {
 	ctx := ctxT(t)
 	log := NewWebhookLog(s)
 	recv := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
-	events := []warehouse.WebhookEvent{
+	events := []record.WebhookEvent{
 		{EventID: "msg_1", EventName: "response_received", SurveyID: 4574, ResponseID: "da453b67-791e-4d4d-9009-75b1ed8a33c1",
 			ReceivedAt: recv, ProcessedAt: recv.Add(time.Second), Outcome: "processed", Attempts: 2,
 			Body: `{"event_name":"response_received","survey_id":4574,"response_id":"DA453B67-791E-4D4D-9009-75B1ED8A33C1"}`},

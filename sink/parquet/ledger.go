@@ -12,10 +12,10 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
-// FileLedger is the feed ledger (warehouse.FeedLedger) in local append-only
+// FileLedger is the feed ledger (record.FeedLedger) in local append-only
 // JSONL files, for runs without ClickHouse and for tests:
 // <dir>/<feed>.contacts.jsonl and <dir>/<feed>.sends.jsonl. Every Record*
 // call appends its lines in one write and fsyncs before returning. A torn last line (the process died mid-write)
@@ -120,7 +120,7 @@ func (l *FileLedger) appendLines(name string, lines []byte) error {
 }
 
 // RecordContacts appends entries durably.
-func (l *FileLedger) RecordContacts(ctx context.Context, entries []warehouse.ContactEntry) error {
+func (l *FileLedger) RecordContacts(ctx context.Context, entries []record.ContactEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -150,7 +150,7 @@ func (l *FileLedger) RecordContacts(ctx context.Context, entries []warehouse.Con
 }
 
 // RecordSend appends e durably.
-func (l *FileLedger) RecordSend(ctx context.Context, e warehouse.SendEntry) error {
+func (l *FileLedger) RecordSend(ctx context.Context, e record.SendEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -162,9 +162,9 @@ func (l *FileLedger) RecordSend(ctx context.Context, e warehouse.SendEntry) erro
 }
 
 // LoadContacts calls fn for every recorded entry of feed, in recording order.
-func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(warehouse.ContactEntry) error) error {
+func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(record.ContactEntry) error) error {
 	return l.load(ctx, contactsFile(feed), func(b []byte) error {
-		var e warehouse.ContactEntry
+		var e record.ContactEntry
 		if err := json.Unmarshal(b, &e); err != nil {
 			return err
 		}
@@ -173,9 +173,9 @@ func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(ware
 }
 
 // LoadSends calls fn for every recorded send of feed, in recording order.
-func (l *FileLedger) LoadSends(ctx context.Context, feed string, fn func(warehouse.SendEntry) error) error {
+func (l *FileLedger) LoadSends(ctx context.Context, feed string, fn func(record.SendEntry) error) error {
 	return l.load(ctx, sendsFile(feed), func(b []byte) error {
-		var e warehouse.SendEntry
+		var e record.SendEntry
 		if err := json.Unmarshal(b, &e); err != nil {
 			return err
 		}

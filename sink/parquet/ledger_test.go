@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 func TestFileLedgerTornTail(t *testing.T) {
@@ -17,8 +17,8 @@ func TestFileLedgerTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	e := warehouse.ContactEntry{Feed: "f", Key: "k1", DistributionID: 1, State: "pushed", ContactID: 5}
-	if err := l.RecordContacts(ctx, []warehouse.ContactEntry{e}); err != nil {
+	e := record.ContactEntry{Feed: "f", Key: "k1", DistributionID: 1, State: "pushed", ContactID: 5}
+	if err := l.RecordContacts(ctx, []record.ContactEntry{e}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -29,11 +29,11 @@ func TestFileLedgerTornTail(t *testing.T) {
 	l, _ = NewFileLedger(dir)
 	defer l.Close()
 	e.Key = "k3"
-	if err := l.RecordContacts(ctx, []warehouse.ContactEntry{e}); err != nil {
+	if err := l.RecordContacts(ctx, []record.ContactEntry{e}); err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
-	if err := l.LoadContacts(ctx, "f", func(e warehouse.ContactEntry) error { keys = append(keys, e.Key); return nil }); err != nil {
+	if err := l.LoadContacts(ctx, "f", func(e record.ContactEntry) error { keys = append(keys, e.Key); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(keys, ",") != "k1,k3" {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/sink/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 )
 
@@ -46,7 +47,7 @@ func (w *dirWarehouse) FileIndex() (files.Index, error) {
 }
 
 // FeedLedger opens the ledger under <dir>/_feeds.
-func (w *dirWarehouse) FeedLedger() (warehouse.FeedLedger, error) {
+func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ledger == nil {
@@ -59,9 +60,9 @@ func (w *dirWarehouse) FeedLedger() (warehouse.FeedLedger, error) {
 	return w.ledger, nil
 }
 
-func (w *dirWarehouse) Inventory() warehouse.Inventory   { return nil }
-func (w *dirWarehouse) WebhookLog() warehouse.WebhookLog { return nil }
-func (w *dirWarehouse) QueryConn() warehouse.QueryConn   { return nil }
+func (w *dirWarehouse) Inventory() warehouse.Inventory { return nil }
+func (w *dirWarehouse) WebhookLog() record.WebhookLog  { return nil }
+func (w *dirWarehouse) QueryConn() record.QueryConn    { return nil }
 
 // Ping fails once the warehouse is closed.
 func (w *dirWarehouse) Ping(context.Context) error { return w.checkOpen() }

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 func TestWarehouseParts(t *testing.T) {
@@ -29,7 +29,7 @@ func TestWarehouseParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := l.RecordContacts(ctx, []warehouse.ContactEntry{{Feed: "f", Key: "k", State: "pushed"}}); err != nil {
+	if err := l.RecordContacts(ctx, []record.ContactEntry{{Feed: "f", Key: "k", State: "pushed"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"uploaded_files.jsonl", "_feeds/f.contacts.jsonl"} {

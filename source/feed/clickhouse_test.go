@@ -174,7 +174,7 @@ func TestQueryFeedPicksOnlyNewRows(t *testing.T) {
 	o := feed.Options{Name: "yesterday", Type: feed.TypeClickHouseQuery, DistributionID: dist, Channel: feed.ChannelEmail,
 		Mapping:         map[string]string{"email": "email", "first_name": "name", "import_number": "id", "user_field1": "id"},
 		DedupeKey:       "id",
-		ClickHouseQuery: feed.QueryOptions{Query: "SELECT id, email, name, created FROM " + table + " ORDER BY id", Conn: s.Conn()},
+		ClickHouseQuery: feed.QueryOptions{Query: "SELECT id, email, name, created FROM " + table + " ORDER BY id", Conn: s.QueryConn()},
 		Send:            feed.SendOptions{MessageID: 4},
 	}
 	r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),

@@ -37,7 +37,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/sink/record"
 )
 
 // Feed types.
@@ -122,8 +122,9 @@ type QueryOptions struct {
 	Conn  QueryConn // the warehouse's QueryConn()
 }
 
-// QueryConn runs a query; clickhouse-go's driver.Conn implements it.
-type QueryConn = warehouse.QueryConn
+// QueryConn runs a query (sink/record); the ClickHouse warehouse's
+// QueryConn implements it, so this package links no database driver.
+type QueryConn = record.QueryConn
 
 // SendOptions configure the send triggered after a batch. MessageID 0: no send.
 type SendOptions struct {
@@ -162,12 +163,12 @@ const (
 	StateUncertain = "uncertain" // may or may not have been created: never pushed again automatically
 )
 
-// Ledger entries and the Ledger itself are the warehouse's (sink/warehouse):
-// sink/clickhouse and sink/parquet each keep one.
+// Ledger entries and the Ledger itself are the neutral types of sink/record
+// that the warehouse stores: sink/clickhouse and sink/parquet each keep one.
 type (
-	ContactEntry = warehouse.ContactEntry
-	SendEntry    = warehouse.SendEntry
-	Ledger       = warehouse.FeedLedger
+	ContactEntry = record.ContactEntry
+	SendEntry    = record.SendEntry
+	Ledger       = record.FeedLedger
 )
 
 // Send states in the ledger.
@@ -178,6 +179,15 @@ const (
 	SendUncertain = "uncertain"
 )
 
+// Defaults of the options that config also defaults (a zero option and an
+// unset key mean the same; cmd/surveysync's defaults test checks they agree).
+const (
+	DefaultConcurrency    = 8
+	DefaultCSVDirInterval = 5 * time.Second
+	DefaultQueryInterval  = time.Hour
+	DefaultMaxBodyBytes   = 16 << 20
+)
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 func (o *Options) setDefaults() {
@@ -185,7 +195,7 @@ func (o *Options) setDefaults() {
 		o.DedupeKey = DedupeHash
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = 8
+		o.Concurrency = DefaultConcurrency
 	}
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = 100
@@ -193,13 +203,13 @@ func (o *Options) setDefaults() {
 	if o.Interval <= 0 {
 		switch o.Type {
 		case TypeClickHouseQuery:
-			o.Interval = time.Hour
+			o.Interval = DefaultQueryInterval
 		default:
-			o.Interval = 5 * time.Second
+			o.Interval = DefaultCSVDirInterval
 		}
 	}
 	if o.HTTP.MaxBodyBytes <= 0 {
-		o.HTTP.MaxBodyBytes = 16 << 20
+		o.HTTP.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if o.Send.Schedule.Policy == "" {
 		o.Send.Schedule.Policy = PolicyImmediate

@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"strconv"
 	"time"
-
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // queryRows runs the feed's query and returns its rows one at a time; the
@@ -61,8 +59,6 @@ func (f *feed) queryRows(ctx context.Context) (rowIter, func() error, error) {
 	}
 	return next, rows.Close, nil
 }
-
-var _ driver.Rows // the rows above come from clickhouse-go
 
 // scalarText renders a scanned ClickHouse value as text: NULL as "",
 // times as RFC 3339 UTC, numbers in decimal.

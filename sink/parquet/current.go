@@ -1,0 +1,203 @@
+package parquet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow/go/v17/parquet/file"
+	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+
+	"github.com/surveysync/surveysync/pipeline/flatten"
+)
+
+// CurrentResponse is the latest version (highest _version) of one response
+// in a Parquet output.
+type CurrentResponse struct {
+	ID         string
+	SurveyID   int64
+	SurveyName string
+	Status     string
+	Created    time.Time
+	Completed  time.Time // zero when null
+	Deleted    bool
+	Version    uint64
+	Rows       int // rows (versions and deletions) seen for the response
+}
+
+// Current is what ReadCurrent found under a folder.
+type Current struct {
+	Files     int   // responses files read
+	Rows      int64 // rows in them: every version of every response
+	Responses map[string]*CurrentResponse
+}
+
+// SurveyCount counts one survey's current responses.
+type SurveyCount struct {
+	SurveyID int64
+	Name     string         // the latest non-empty survey_name
+	ByStatus map[string]int // current, not deleted, per response_status
+	Current  int            // current, not deleted
+	Deleted  int            // whose latest version is a deletion
+}
+
+// currentColumns are the responses columns ReadCurrent reads.
+var currentColumns = []string{"response_id", "survey_id", "survey_name", "response_status", "date_created", "date_completed", "is_deleted", "_version"}
+
+// ReadCurrent reads every responses file under dir (only those of surveyID
+// when it is not 0) and keeps, per response, the row with the highest
+// _version. It reads files written by Sink; other files are an error.
+func ReadCurrent(ctx context.Context, dir string, surveyID int64) (*Current, error) {
+	part := "survey_id=*"
+	if surveyID != 0 {
+		part = fmt.Sprintf("survey_id=%d", surveyID)
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, flatten.TableResponses, part, "date=*", "*.parquet"))
+	if err != nil {
+		return nil, err
+	}
+	cur := &Current{Files: len(paths), Responses: map[string]*CurrentResponse{}}
+	mem := memory.NewGoAllocator()
+	for _, path := range paths {
+		n, err := readResponsesFile(ctx, mem, path, cur.Responses)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		cur.Rows += n
+	}
+	return cur, nil
+}
+
+func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, cur map[string]*CurrentResponse) (int64, error) {
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return 0, err
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 4096}, mem)
+	if err != nil {
+		return 0, err
+	}
+	schema, err := fr.Schema()
+	if err != nil {
+		return 0, err
+	}
+	cols := make([]int, len(currentColumns))
+	for i, name := range currentColumns {
+		idx := schema.FieldIndices(name)
+		if len(idx) != 1 {
+			return 0, fmt.Errorf("no column %q: not a surveysync responses file", name)
+		}
+		cols[i] = idx[0]
+	}
+	rr, err := fr.GetRecordReader(ctx, cols, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rr.Release()
+	var n int64
+	for rr.Next() {
+		rec := rr.Record()
+		ids, ok1 := rec.Column(0).(*array.String)
+		surveys, ok2 := rec.Column(1).(*array.Int64)
+		names, ok3 := rec.Column(2).(*array.String)
+		statuses, ok4 := rec.Column(3).(*array.String)
+		created, ok5 := rec.Column(4).(*array.Timestamp)
+		completed, ok6 := rec.Column(5).(*array.Timestamp)
+		deleted, ok7 := rec.Column(6).(*array.Uint8)
+		versions, ok8 := rec.Column(7).(*array.Uint64)
+		if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8) {
+			return n, fmt.Errorf("unexpected column types: not a surveysync responses file")
+		}
+		ts, ok := created.DataType().(*arrow.TimestampType)
+		if !ok {
+			return n, fmt.Errorf("unexpected column types: not a surveysync responses file")
+		}
+		unit := ts.Unit
+		for i := 0; i < int(rec.NumRows()); i++ {
+			n++
+			id := ids.Value(i)
+			v := versions.Value(i)
+			c := cur[id]
+			if c == nil {
+				c = &CurrentResponse{ID: id}
+				cur[id] = c
+			}
+			c.Rows++
+			if c.Version != 0 && v <= c.Version {
+				continue
+			}
+			c.Version = v
+			c.SurveyID = surveys.Value(i)
+			c.SurveyName = names.Value(i)
+			c.Status = statuses.Value(i)
+			c.Created = created.Value(i).ToTime(unit).UTC()
+			c.Completed = time.Time{}
+			if completed.IsValid(i) {
+				c.Completed = completed.Value(i).ToTime(unit).UTC()
+			}
+			c.Deleted = deleted.Value(i) != 0
+		}
+	}
+	if err := rr.Err(); err != nil && err != io.EOF {
+		return n, err
+	}
+	return n, nil
+}
+
+// Counts counts the current responses per survey, ordered by survey ID,
+// and returns the total of current, not deleted, responses.
+func (c *Current) Counts() ([]SurveyCount, int) {
+	bySurvey := map[int64]*SurveyCount{}
+	total := 0
+	for _, r := range c.Responses {
+		sc := bySurvey[r.SurveyID]
+		if sc == nil {
+			sc = &SurveyCount{SurveyID: r.SurveyID, ByStatus: map[string]int{}}
+			bySurvey[r.SurveyID] = sc
+		}
+		if r.SurveyName != "" {
+			sc.Name = r.SurveyName
+		}
+		if r.Deleted {
+			sc.Deleted++
+			continue
+		}
+		sc.ByStatus[r.Status]++
+		sc.Current++
+		total++
+	}
+	counts := make([]SurveyCount, 0, len(bySurvey))
+	for _, sc := range bySurvey {
+		counts = append(counts, *sc)
+	}
+	sort.Slice(counts, func(i, j int) bool { return counts[i].SurveyID < counts[j].SurveyID })
+	return counts, total
+}
+
+// Sample returns the n most recently created current (not deleted)
+// responses, newest first; ties by ID.
+func (c *Current) Sample(n int) []CurrentResponse {
+	var live []CurrentResponse
+	for _, r := range c.Responses {
+		if !r.Deleted {
+			live = append(live, *r)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool {
+		if !live[i].Created.Equal(live[j].Created) {
+			return live[i].Created.After(live[j].Created)
+		}
+		return live[i].ID < live[j].ID
+	})
+	if len(live) > n {
+		live = live[:n]
+	}
+	return live
+}

@@ -1,0 +1,32 @@
+package record_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLeaf keeps sink/record a leaf (standard library only) and keeps the
+// sources that alias its types from linking the pipeline, the warehouse
+// contract or a database driver through it.
+func TestLeaf(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "github.com/surveysync/surveysync/sink/record" {
+		t.Errorf("sink/record imports more than the standard library:\n%s", got)
+	}
+	out, err = exec.Command("go", "list", "-deps", "../../source/feed", "../../webhookrx").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "clickhouse-go") || p == "github.com/surveysync/surveysync/pipeline" || p == "github.com/surveysync/surveysync/sink/warehouse" {
+			t.Errorf("source/feed or webhookrx links %s", p)
+		}
+	}
+}
