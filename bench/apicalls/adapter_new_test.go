@@ -14,6 +14,7 @@ import (
 // the budget.
 func pollOptions(o poll.Options, ck *clock, webhooks bool, budget int64, count func() int64) poll.Options {
 	o.PollInterval = 30 * time.Second
+	o.SettleLag = 5 * time.Second // the daemon's default (sync.settle_lag)
 	o.After = ck.after
 	o.Webhooks = webhooks
 	o.MonthlyBudget = budget

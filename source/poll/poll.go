@@ -64,7 +64,7 @@ type Inventory interface {
 type Options struct {
 	Surveys         []int64
 	Statuses        []string      // streams to poll (completed, disqualified, quotafull, partial)
-	PollInterval    time.Duration // 30 s: an active stream's interval
+	PollInterval    time.Duration // 30 s: the freshness bound of an active stream (polled every PollInterval − SettleLag)
 	Overlap         time.Duration // 10 min
 	SettleLag       time.Duration // none; sync.settle_lag is 5 s
 	PartialLookback time.Duration // 72 h
@@ -487,8 +487,17 @@ func (p *Poller) cadence(stream string, ended bool) (base, longest time.Duration
 		}
 		return s, s
 	default:
-		return p.o.PollInterval, p.o.MaxIdleInterval
+		return p.activeInterval(), p.o.MaxIdleInterval
 	}
+}
+
+// activeInterval is how often an active survey's streams are polled:
+// PollInterval less the settle lag (at most halving it), so that a response
+// completed at any moment is listed within PollInterval: it waits at most
+// the settle lag to enter a window, and windows start every
+// PollInterval − SettleLag.
+func (p *Poller) activeInterval() time.Duration {
+	return max(p.o.PollInterval-p.o.SettleLag, p.o.PollInterval/2)
 }
 
 // stretched applies the budget's factor, up to a day.
