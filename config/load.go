@@ -277,7 +277,7 @@ func envEntries(env []string) ([]entry, []string, []error) {
 					continue
 				}
 			}
-			s := suggest(first, tagsOf(configType))
+			s := Suggest(first, tagsOf(configType))
 			if !strings.Contains(rest, "__") && s == "" {
 				if !strings.HasPrefix(rest, "TEST_") && !strings.HasPrefix(rest, "BENCH_") {
 					warnings = append(warnings, fmt.Sprintf("environment variable %s is not a configuration key; ignored (keys are SURVEYSYNC_<SECTION>__<KEY>, e.g. SURVEYSYNC_API__TOKEN)", name))
@@ -760,7 +760,7 @@ func isStructList(t reflect.Type) bool {
 // sibling spelt alike, else a key of that name elsewhere in the tree
 // ("token" → "api.token").
 func suggestPath(path, key string, t reflect.Type) string {
-	if s := suggest(key, tagsOf(t)); s != "" {
+	if s := Suggest(key, tagsOf(t)); s != "" {
 		return join(path, s)
 	}
 	var found []string
@@ -801,9 +801,9 @@ func walkKeys(t reflect.Type, path string, fn func(string)) {
 	}
 }
 
-// suggest returns the candidate closest to s by edit distance, if close
-// enough to be a typo.
-func suggest(s string, candidates []string) string {
+// Suggest returns the candidate closest to s by edit distance, if close
+// enough to be a typo, else "". The CLI uses it for flags too.
+func Suggest(s string, candidates []string) string {
 	best, bestD := "", 1<<30
 	for _, c := range candidates {
 		if d := editDistance(s, c); d < bestD {

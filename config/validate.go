@@ -402,7 +402,7 @@ func (c *Config) validateMapping(p *problems, i int, f *Feed) {
 	for _, field := range sortedStrings(f.Mapping) {
 		if !slices.Contains(ContactFields, field) {
 			msg := "is not a contact field; the fields are " + strings.Join(ContactFields, ", ")
-			if s := suggest(field, ContactFields); s != "" {
+			if s := Suggest(field, ContactFields); s != "" {
 				msg = fmt.Sprintf("is not a contact field (did you mean %s?)", s)
 			}
 			p.add(at("mapping."+field), "%s", msg)

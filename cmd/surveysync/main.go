@@ -280,36 +280,12 @@ func flagHint(err error, fs *pflag.FlagSet) string {
 	if !ok {
 		return ""
 	}
-	best, bestD := "", 3
-	fs.VisitAll(func(f *pflag.Flag) {
-		if d := editDistance(name, f.Name); d < bestD {
-			best, bestD = f.Name, d
-		}
-	})
-	if best == "" {
-		return ""
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if best := config.Suggest(name, names); best != "" {
+		return fmt.Sprintf(" (did you mean --%s?)", best)
 	}
-	return fmt.Sprintf(" (did you mean --%s?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return ""
 }
 
 func versionString() string {
