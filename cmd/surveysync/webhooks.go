@@ -10,7 +10,6 @@ import (
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/warehouse"
-	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/webhookrx"
 )
@@ -19,6 +18,12 @@ import (
 // survey's first response, to check that the token can read the survey.
 type surveyLister interface {
 	ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error)
+}
+
+// surveyPoller is what the processor changes in the poller (*poll.Poller).
+type surveyPoller interface {
+	AddSurvey(id int64)
+	EndSurvey(id int64)
 }
 
 // webhookProcessor turns spooled webhook events into work: a received
@@ -31,7 +36,7 @@ type surveyLister interface {
 // and holds no worker; the others are retried by the receiver with backoff.
 type webhookProcessor struct {
 	pipe    *pipeline.Pipeline
-	poller  *poll.Poller
+	poller  surveyPoller
 	surveys *surveyBook
 	api     surveyLister
 	inv     warehouse.Inventory // nil without one (Parquet)
@@ -73,7 +78,14 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		}
 		switch {
 		case errors.Is(err, pipeline.ErrNotWritten):
-			return webhookrx.Permanent(fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written", e.ResponseID, e.SurveyID))
+			// The detail may lag the webhook: nothing is written, but a
+			// readable survey joins the polling set, so the poller writes
+			// the response once the service lists it.
+			if rerr := w.readable(ctx, e.SurveyID); rerr != nil {
+				return rerr
+			}
+			w.poller.AddSurvey(e.SurveyID)
+			return webhookrx.Permanent(fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written; the survey is polled", e.ResponseID, e.SurveyID))
 		case err != nil:
 			return final(err)
 		}
@@ -82,11 +94,8 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 	case webhookrx.KindSurveyLaunched:
 		// One list call: a survey the token cannot read (403) or that does
 		// not exist (404) must not join the polling set for good.
-		if _, err := w.api.ListResponses(ctx, e.SurveyID, survey.ListQuery{Page: 1, PerPage: 1}); err != nil {
-			if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
-				return webhookrx.Permanent(fmt.Errorf("survey_launched for survey %d, which the API token cannot read: not added to the polling set: %w", e.SurveyID, err))
-			}
-			return final(err)
+		if err := w.readable(ctx, e.SurveyID); err != nil {
+			return err
 		}
 		at := w.now()
 		if e.LaunchedAt != nil {
@@ -109,6 +118,17 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		w.poller.EndSurvey(e.SurveyID)
 	}
 	return nil
+}
+
+// readable makes one list call: a survey the token cannot read (403) or
+// that does not exist (404) gives a permanent error and must not join the
+// polling set for good.
+func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
+	_, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1})
+	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
+		return webhookrx.Permanent(fmt.Errorf("survey %d cannot be read with the API token: not added to the polling set: %w", surveyID, err))
+	}
+	return final(err)
 }
 
 // known reports whether a response is in the sink's inventory, for a

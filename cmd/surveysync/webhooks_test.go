@@ -103,10 +103,31 @@ func (l *memEventLog) all() []webhookrx.LogEntry {
 }
 
 type webhookEnv struct {
-	url  string
-	book *surveyBook
-	log  *memEventLog
-	dir  string
+	url    string
+	book   *surveyBook
+	log    *memEventLog
+	dir    string
+	poller *recordingPoller
+}
+
+// recordingPoller remembers the surveys the processor added to polling.
+type recordingPoller struct {
+	*poll.Poller
+	mu    sync.Mutex
+	added []int64
+}
+
+func (r *recordingPoller) AddSurvey(id int64) {
+	r.mu.Lock()
+	r.added = append(r.added, id)
+	r.mu.Unlock()
+	r.Poller.AddSurvey(id)
+}
+
+func (r *recordingPoller) addedSurveys() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.added...)
 }
 
 // startWebhooks wires the receiver, the processor, a pipeline into a
@@ -132,7 +153,7 @@ func startWebhooks(t *testing.T, apiURL string, inv ...warehouse.Inventory) *web
 		t.Fatal(err)
 	}
 	pipe := pipeline.New(pipeline.Options{MaxDelay: 20 * time.Millisecond, Logger: quiet}, client, st)
-	poller := poll.New(poll.Options{Logger: quiet}, client, pipe, st, nil)
+	poller := &recordingPoller{Poller: poll.New(poll.Options{Logger: quiet}, client, pipe, st, nil)}
 	elog := &memEventLog{}
 	rx, err := webhookrx.New(webhookrx.Options{Listen: "127.0.0.1:0", Path: "/hooks/0123456789abcdef", SpoolDir: t.TempDir(),
 		ProcessConcurrency: 16, LogInterval: 10 * time.Millisecond, Logger: quiet},
@@ -154,7 +175,7 @@ func startWebhooks(t *testing.T, apiURL string, inv ...warehouse.Inventory) *web
 	for rx.Addr() == "" {
 		time.Sleep(time.Millisecond)
 	}
-	return &webhookEnv{url: "http://" + rx.Addr() + "/hooks/0123456789abcdef", book: book, log: elog, dir: dir}
+	return &webhookEnv{url: "http://" + rx.Addr() + "/hooks/0123456789abcdef", book: book, log: elog, dir: dir, poller: poller}
 }
 
 func (e *webhookEnv) post(t *testing.T, body string) {
@@ -312,6 +333,11 @@ func TestWebhook404DeletesOnlyKnownResponses(t *testing.T) {
 	waitUntil(t, "the unseen 404", 10*time.Second, func() bool { return len(e.log.all()) == 1 })
 	if le := e.log.all()[0]; le.Outcome != webhookrx.OutcomeRejected || !strings.Contains(le.Error, "no deletion written") {
 		t.Fatalf("unseen 404: %+v", le)
+	}
+	// The detail may only lag the webhook: the readable survey is polled,
+	// so the response is written once the service lists it.
+	if got := e.poller.addedSurveys(); len(got) != 1 || got[0] != readableSurvey {
+		t.Fatalf("surveys added to polling after an unseen 404: %v, want [%d]", got, readableSurvey)
 	}
 	e.post(t, responseEvent(readableSurvey, 7, "DEAD")) // in the inventory
 	waitUntil(t, "the known 404", 10*time.Second, func() bool { return len(e.log.all()) == 2 })
