@@ -295,7 +295,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		SettleLag:             cfg.Sync.SettleLag,
 		PartialLookback:       cfg.Sync.PartialLookback,
 		PartialRescanInterval: cfg.Sync.PartialRescan,
-		ReconcileInterval:     cfg.Sync.ReconcileInterval,
+		ReconcileInterval:     reconcileInterval(cfg.Sync.ReconcileInterval),
 		BackfillFrom:          cfg.Sync.BackfillFrom,
 		Unreadable:            surveyUnreadable,
 		Logger:                log.With("component", "poll"),
@@ -597,4 +597,14 @@ func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.Serve
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// reconcileInterval maps sync.reconcile_interval to poll's option: 0 in the
+// configuration disables reconcile, where poll takes 0 as its default and
+// a negative interval as "off".
+func reconcileInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/sink/blob"
@@ -47,5 +48,16 @@ func TestPackageDefaultsAreTheConfigs(t *testing.T) {
 		if p.cfg != p.pkg {
 			t.Errorf("%s: config default %v (%T), package default %v (%T)", p.what, p.cfg, p.cfg, p.pkg, p.pkg)
 		}
+	}
+}
+
+// sync.reconcile_interval: 0 disables reconcile (poll's own zero means its
+// default, 6 h).
+func TestReconcileIntervalZeroDisables(t *testing.T) {
+	if got := reconcileInterval(0); got >= 0 {
+		t.Fatalf("reconcile_interval 0 → %v, want a negative (disabled) interval", got)
+	}
+	if got := reconcileInterval(time.Hour); got != time.Hour {
+		t.Fatalf("reconcile_interval 1h → %v", got)
 	}
 }
