@@ -500,26 +500,46 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 // bounded channels upstream make the fetchers wait too. A permanent error
 // is never retried: the batch is written again in halves, down to single
 // responses, so that only the responses the sink refuses are rejected and
-// the others are written. settled[i] reports that ref i was rejected and
+// the others are written; but when every response of a batch of two or
+// more is refused on its own, the table is at fault, not the data, and the
+// batch waits and is written again as after a transient error.
+// settled[i] reports that ref i was rejected and
 // has heard back already; err is ctx's error when ctx ended first.
 func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err error) {
 	settled = make([]bool, len(bt.refs))
 	resp, answers := bt.b.Rows()
 	p.m.batchRows.WithLabelValues(flatten.TableResponses).Observe(float64(resp))
 	p.m.batchRows.WithLabelValues(flatten.TableAnswers).Observe(float64(answers))
-	err = p.writeRetry(ctx, bt.b)
-	if err == nil || !permanent.Is(err) {
-		return settled, err
-	}
-	p.o.Logger.Warn("sink refused a batch permanently; writing its responses in parts to find the ones it refuses",
-		"responses", resp, "reason", permanent.Reason(err), "err", err)
-	idx := make([]int, len(bt.items))
-	for i := range idx {
-		idx[i] = i
-	}
 	var rejects []rejection
-	if err := p.isolate(ctx, bt, idx, err, &rejects); err != nil {
-		return settled, err
+	wait := p.o.RetryInitial
+	for {
+		err = p.writeRetry(ctx, bt.b)
+		if err == nil || !permanent.Is(err) {
+			return settled, err
+		}
+		p.o.Logger.Warn("sink refused a batch permanently; writing its responses in parts to find the ones it refuses",
+			"responses", resp, "reason", permanent.Reason(err), "err", err)
+		idx := make([]int, len(bt.items))
+		for i := range idx {
+			idx[i] = i
+		}
+		rejects = rejects[:0]
+		if err := p.isolate(ctx, bt, idx, err, &rejects); err != nil {
+			return settled, err
+		}
+		if len(bt.items) < 2 || len(rejects) < len(bt.items) {
+			break
+		}
+		// Every response refused on its own: that is the table (a column's
+		// type changed, a replica behind on a migration), not the data.
+		// Wait as for an outage instead of rejecting good responses.
+		p.m.writeErrors.Inc()
+		p.o.Logger.Error("sink refused every response of a batch one by one: taken as a table problem, not bad data; retrying the batch",
+			"responses", resp, "retry_in", wait, "err", rejects[0].err)
+		if err := sleep(ctx, wait/2+rand.N(wait/2+1)); err != nil {
+			return settled, err
+		}
+		wait = min(wait*2, p.o.RetryMax)
 	}
 	p.reject(ctx, rejects)
 	for _, r := range rejects {

@@ -56,6 +56,7 @@ func (m *memRejects) all() []Reject {
 type poisonSink struct {
 	memSink
 	poison    map[string]bool
+	refuseAll int // the first refuseAll writes are refused permanently, whatever they hold
 	transient int
 	refusals  atomic.Int64 // permanent refusals
 	sizes     []int        // responses per refused batch, in order
@@ -67,6 +68,12 @@ func (s *poisonSink) Write(ctx context.Context, b *flatten.Batch) error {
 		s.transient--
 		s.mu.Unlock()
 		return errors.New("clickhouse: connection reset")
+	}
+	if s.refuseAll > 0 {
+		s.refuseAll--
+		s.refusals.Add(1)
+		s.mu.Unlock()
+		return permanent.Errorf("insert_rejected", "clickhouse: code 53: type mismatch for column text")
 	}
 	ids := b.Responses.Column(0).(*array.String)
 	for i := 0; i < ids.Len(); i++ {
@@ -331,5 +338,33 @@ func TestRereadOfRejectedResponseIsNotRecordedTwice(t *testing.T) {
 	}
 	if n := len(rej.all()); n != 2 {
 		t.Fatalf("%d reject records for 2 responses read 3 times each, want 2: %+v", n, rej.all())
+	}
+}
+
+// A sink that refuses every response of a batch one by one (the table's
+// schema, not the data) makes the batch wait and try again: nothing is
+// rejected, everything is written once the table accepts it.
+func TestTableRefusingEveryResponseIsNotRejection(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	rej := &memRejects{}
+	// 4 responses: the batch, its halves and quarters = 7 refusals, then a
+	// second round of 7 before the table is fixed.
+	sink := &poisonSink{refuseAll: 14}
+	p := New(Options{Allocator: mem, MaxRows: 1_000_000, MaxDelay: time.Second, RetryInitial: time.Millisecond, Rejects: rej}, &fakeFetcher{}, sink)
+	done := run(t, p, context.Background())
+	var acks ackLog
+	for i := range 4 {
+		if err := p.Submit(context.Background(), acks.ref(i, "poll")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.CloseInput()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	acks.check(t, 4)
+	if len(rej.all()) != 0 || len(sink.rows) != 4 || sink.refuseAll != 0 {
+		t.Fatalf("rejects %v, %d rows written (want 0 rejects, 4 rows), refusals left %d", rej.all(), len(sink.rows), sink.refuseAll)
 	}
 }
