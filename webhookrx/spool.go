@@ -374,10 +374,16 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 	var buf bytes.Buffer
 	var acc []*spooled
 	inBatch := map[string]bool{}
+	var dupInBatch []int // duplicates of an event of this batch: they share its fate
 	addEvents, addBytes := 0, int64(0)
 	for i, ev := range evs {
-		if s.contains(ev.ID) || inBatch[ev.ID] {
+		if s.contains(ev.ID) {
 			res[i] = resDuplicate
+			continue
+		}
+		if inBatch[ev.ID] {
+			res[i] = resDuplicate
+			dupInBatch = append(dupInBatch, i)
 			continue
 		}
 		size := int64(recHdrLen + payloadFix + len(ev.ID) + len(ev.Body))
@@ -403,6 +409,11 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 			if res[i] == resAccepted {
 				res[i] = resError
 			}
+		}
+		// A second delivery of an event of this batch must not hear 200
+		// when the first's write failed: nothing of it reached the disk.
+		for _, i := range dupInBatch {
+			res[i] = resError
 		}
 		return res, err
 	}

@@ -325,3 +325,23 @@ func TestSpoolCompactionCrashLeavesBothFiles(t *testing.T) {
 		t.Errorf("stale tmp left: %v", tmp)
 	}
 }
+
+// Two deliveries of one event in the same group commit, and the write
+// fails: neither may hear 200 (nothing reached the disk; the service stops
+// resending once one delivery is acknowledged).
+func TestSpoolDuplicateInFailedBatchIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 1<<20, 100)
+	appendN(t, sp, 0, 1)
+	sp.active.f.Close() // the next write fails
+	body := []byte(responseBody(7))
+	a := &Event{ID: bodyID(body), ReceivedAt: time.Unix(1700000000, 7).UTC(), Body: body}
+	b := &Event{ID: a.ID, ReceivedAt: a.ReceivedAt, Body: body}
+	res, err := sp.append([]*Event{a, b}, 1<<20, 1<<30)
+	if err == nil {
+		t.Fatal("append after the segment was closed succeeded")
+	}
+	if res[0] != resError || res[1] != resError {
+		t.Fatalf("results %v, want both resError", res)
+	}
+}
