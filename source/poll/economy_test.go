@@ -448,3 +448,32 @@ func TestUnstableWindowIsNotAcknowledged(t *testing.T) {
 		t.Fatalf("watermark moved to %v past a window whose total never settled", s.Watermark)
 	}
 }
+
+// A storm of new surveys (more than any buffer) all join the polling set:
+// AddSurvey used to fall back to Wake when its channel was full, which
+// wakes only surveys already polled.
+func TestAddSurveyStormAddsEverySurvey(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	api := &fakeAPI{}
+	p := New(Options{Statuses: []string{"completed"}, PollInterval: time.Hour, ReconcileInterval: -1,
+		Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
+	for id := int64(1); id <= 500; id++ {
+		p.AddSurvey(id) // before Run: nothing drains yet
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	n := 0
+	for deadline := time.Now().Add(5 * time.Second); n < 500 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		n = len(p.surveys)
+		p.mu.Unlock()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n != 500 {
+		t.Fatalf("%d of 500 added surveys are polled", n)
+	}
+}

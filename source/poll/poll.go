@@ -223,8 +223,9 @@ type Poller struct {
 	state   map[streamKey]pipeline.StreamState
 	rescan  map[streamKey]time.Time // last full rescan of a partial stream
 	surveys map[int64]*surveyRun
-	ended   map[int64]bool // surveys to start at the ended cadence
-	add     chan int64
+	ended   map[int64]bool     // surveys to start at the ended cadence
+	adds    map[int64]struct{} // surveys to add, under mu; addSig tells Run
+	addSig  chan struct{}
 	wakeAll chan struct{}
 
 	firstMu      sync.Mutex
@@ -260,7 +261,8 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		rescan:  map[streamKey]time.Time{},
 		surveys: map[int64]*surveyRun{},
 		ended:   map[int64]bool{},
-		add:     make(chan int64, 64),
+		adds:    map[int64]struct{}{},
+		addSig:  make(chan struct{}, 1),
 		wakeAll: make(chan struct{}, 1),
 
 		firstPending: map[int64]bool{},
@@ -325,13 +327,11 @@ func (p *Poller) AddSurvey(id int64) {
 		p.mu.Unlock()
 		return
 	}
+	p.adds[id] = struct{}{}
 	p.mu.Unlock()
 	select {
-	case p.add <- id:
-	default:
-		// The buffer is full only under a storm of new surveys; the survey
-		// gets added on the next cycle through Wake's full scan.
-		p.Wake()
+	case p.addSig <- struct{}{}:
+	default: // Run has a signal pending already; it takes every add
 	}
 }
 
@@ -441,8 +441,17 @@ func (p *Poller) Run(ctx context.Context) error {
 	g.Go(func() error {
 		for {
 			select {
-			case id := <-p.add:
-				start(id)
+			case <-p.addSig:
+				p.mu.Lock()
+				ids := make([]int64, 0, len(p.adds))
+				for id := range p.adds {
+					ids = append(ids, id)
+				}
+				clear(p.adds)
+				p.mu.Unlock()
+				for _, id := range ids {
+					start(id)
+				}
 			case <-p.wakeAll:
 				p.mu.Lock()
 				for _, r := range p.surveys {
