@@ -126,7 +126,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
 	_, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1})
 	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
-		return webhookrx.Permanent(fmt.Errorf("survey %d cannot be read with the API token: not added to the polling set: %w", surveyID, err))
+		return webhookrx.Permanent(fmt.Errorf("survey %d, which the API token cannot read: not added to the polling set: %w", surveyID, err))
 	}
 	return final(err)
 }
