@@ -142,7 +142,7 @@ func Open(ctx context.Context, o Options) (*Sink, error) {
 		return nil, fmt.Errorf("clickhouse: open %s: %w", strings.Join(o.Addr, ","), err)
 	}
 	s := &Sink{
-		conn: conn,
+		conn: retryClosed{conn},
 		opts: o,
 		tmpl: newTmplData(o.Database, o.Cluster, !o.noOnClusterDDL),
 		log:  o.Logger.With("component", "clickhouse", "database", o.Database),
