@@ -104,6 +104,12 @@ type ClickHouse struct {
 	Cluster     string        `koanf:"cluster"` // optional: ON CLUSTER DDL and Distributed tables
 	Secure      bool          `koanf:"secure"`  // TLS
 	DialTimeout time.Duration `koanf:"dial_timeout"`
+	// Cluster mode only: Replicated* engines for the _local tables (default
+	// true), the ZooKeeper path prefix of those tables, and how long an ON
+	// CLUSTER statement waits for every node.
+	Replicated      bool          `koanf:"replicated"`
+	ZooKeeperPrefix string        `koanf:"zookeeper_prefix"`
+	DDLTimeout      time.Duration `koanf:"ddl_timeout"`
 }
 
 // Enabled reports whether a ClickHouse is configured (else the Parquet sink
@@ -320,10 +326,13 @@ func defaults() *Config {
 			MaxBodyBytes:       1 << 20,
 		},
 		ClickHouse: ClickHouse{
-			Addr:        []string{},
-			Database:    "surveysync",
-			Username:    "default",
-			DialTimeout: 10 * time.Second,
+			Addr:            []string{},
+			Database:        "surveysync",
+			Username:        "default",
+			DialTimeout:     10 * time.Second,
+			Replicated:      true,
+			ZooKeeperPrefix: "/clickhouse/tables",
+			DDLTimeout:      60 * time.Second,
 		},
 		Parquet: Parquet{Dir: "./data"},
 		Files: Files{

@@ -246,7 +246,13 @@ func (c *Config) validateClickHouse(p *problems) {
 		p.add("clickhouse.cluster", "must be a plain identifier or empty (got %q)", ch.Cluster)
 	}
 	positive(p, "clickhouse.dial_timeout", ch.DialTimeout)
+	positive(p, "clickhouse.ddl_timeout", ch.DDLTimeout)
+	if !zkPathRe.MatchString(ch.ZooKeeperPrefix) {
+		p.add("clickhouse.zookeeper_prefix", "must be an absolute ZooKeeper path of letters, digits, _ . - / and {macros} (got %q)", ch.ZooKeeperPrefix)
+	}
 }
+
+var zkPathRe = regexp.MustCompile(`^/[A-Za-z0-9_./{}-]*$`)
 
 // FileSchemes are the object stores files.url may name. gs:// and azblob://
 // would work through the same gocloud URL scheme, but their drivers double

@@ -127,15 +127,18 @@ func newClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) 
 func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
 	if len(cfg.ClickHouse.Addr) > 0 {
 		return clickhouse.OpenWarehouse(ctx, clickhouse.Options{
-			Addr:        cfg.ClickHouse.Addr,
-			Database:    cfg.ClickHouse.Database,
-			Username:    cfg.ClickHouse.Username,
-			Password:    cfg.ClickHouse.Password.Value(),
-			Cluster:     cfg.ClickHouse.Cluster,
-			Secure:      cfg.ClickHouse.Secure,
-			DialTimeout: cfg.ClickHouse.DialTimeout,
-			Logger:      log.With("component", "clickhouse"),
-			Registerer:  reg,
+			Addr:            cfg.ClickHouse.Addr,
+			Database:        cfg.ClickHouse.Database,
+			Username:        cfg.ClickHouse.Username,
+			Password:        cfg.ClickHouse.Password.Value(),
+			Cluster:         cfg.ClickHouse.Cluster,
+			Secure:          cfg.ClickHouse.Secure,
+			DialTimeout:     cfg.ClickHouse.DialTimeout,
+			Unreplicated:    !cfg.ClickHouse.Replicated,
+			ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
+			DDLTimeout:      cfg.ClickHouse.DDLTimeout,
+			Logger:          log.With("component", "clickhouse"),
+			Registerer:      reg,
 		})
 	}
 	dir, err := filepath.Abs(cfg.Parquet.Dir)

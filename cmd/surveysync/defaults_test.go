@@ -44,6 +44,8 @@ func TestPackageDefaultsAreTheConfigs(t *testing.T) {
 		{"webhooks.spool_max_events", d.Webhooks.SpoolMaxEvents, webhookrx.DefaultSpoolMaxEvents},
 		{"webhooks.spool_max_bytes", int64(d.Webhooks.SpoolMaxBytes), webhookrx.DefaultSpoolMaxBytes},
 		{"clickhouse.dial_timeout", d.ClickHouse.DialTimeout, clickhouse.DefaultDialTimeout},
+		{"clickhouse.ddl_timeout", d.ClickHouse.DDLTimeout, clickhouse.DefaultDDLTimeout},
+		{"clickhouse.zookeeper_prefix", d.ClickHouse.ZooKeeperPrefix, clickhouse.DefaultZooKeeperPrefix},
 	} {
 		if p.cfg != p.pkg {
 			t.Errorf("%s: config default %v (%T), package default %v (%T)", p.what, p.cfg, p.cfg, p.pkg, p.pkg)

@@ -21,6 +21,10 @@ import (
 // clickhouse.dial_timeout.
 const DefaultDialTimeout = 10 * time.Second
 
+// DefaultDDLTimeout is Options.DDLTimeout's default, also config's
+// clickhouse.ddl_timeout.
+const DefaultDDLTimeout = 60 * time.Second
+
 // Options configure Open. Plain values; cmd/ maps the YAML config onto them.
 type Options struct {
 	// Addr lists host:port of the native protocol (9000, or 9440 with Secure).
@@ -34,6 +38,20 @@ type Options struct {
 	// table into a <name>_local storage table plus a Distributed table with
 	// the public name (see the package documentation).
 	Cluster string
+	// Unreplicated, with Cluster set, keeps the plain *MergeTree engines
+	// for the _local tables (a cluster of shards without replicas that
+	// wants no ZooKeeper writes per insert). By default the _local tables
+	// are Replicated*: ON CLUSTER already needs ZooKeeper/Keeper, Replicated
+	// engines work with one replica per shard, and replicas can be added
+	// later. Open refuses Unreplicated on a cluster whose shards have
+	// several replicas (each row would be on one replica only).
+	Unreplicated bool
+	// ZooKeeperPrefix starts the ZooKeeper path of each replicated table:
+	// <prefix>/{shard}/<database>/<table>_local (default /clickhouse/tables).
+	ZooKeeperPrefix string
+	// DDLTimeout bounds how long an ON CLUSTER statement waits for every
+	// node (distributed_ddl_task_timeout; default 60s).
+	DDLTimeout time.Duration
 	// Secure uses TLS on the native protocol.
 	Secure bool
 	// DialTimeout bounds connecting (default 10s).
@@ -67,6 +85,7 @@ func (o Options) LogValue() slog.Value {
 		slog.String("username", o.Username),
 		slog.String("password", pw),
 		slog.String("cluster", o.Cluster),
+		slog.Bool("replicated", o.Cluster != "" && !o.Unreplicated),
 		slog.Bool("secure", o.Secure),
 	)
 }
@@ -74,6 +93,10 @@ func (o Options) LogValue() slog.Value {
 // identRE is what Database and Cluster may look like: they are spliced into
 // DDL text.
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// zkPathRE is what ZooKeeperPrefix may look like (it may use the server's
+// macros, e.g. /clickhouse/{cluster}/tables).
+var zkPathRE = regexp.MustCompile(`^/[A-Za-z0-9_./{}-]*$`)
 
 func (o *Options) setDefaults() error {
 	if len(o.Addr) == 0 {
@@ -87,6 +110,15 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
 		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
+	}
+	if o.ZooKeeperPrefix == "" {
+		o.ZooKeeperPrefix = DefaultZooKeeperPrefix
+	}
+	if !zkPathRE.MatchString(o.ZooKeeperPrefix) {
+		return fmt.Errorf("clickhouse: options: zookeeper_prefix %q: must be an absolute path matching %s", o.ZooKeeperPrefix, zkPathRE)
+	}
+	if o.DDLTimeout <= 0 {
+		o.DDLTimeout = DefaultDDLTimeout
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
@@ -147,6 +179,10 @@ func Open(ctx context.Context, o Options) (*Sink, error) {
 		tmpl: newTmplData(o.Database, o.Cluster, !o.noOnClusterDDL),
 		log:  o.Logger.With("component", "clickhouse", "database", o.Database),
 	}
+	s.tmpl.ZooKeeperPrefix = o.ZooKeeperPrefix
+	if o.Unreplicated {
+		s.tmpl.Replicated = false
+	}
 	if err := s.open(ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -169,6 +205,11 @@ func (s *Sink) open(ctx context.Context) error {
 	}
 	s.metrics = m
 	s.log.Info("connected", "server_version", s.ServerVersion(), "options", s.opts)
+	if s.opts.Cluster != "" {
+		if err := s.checkCluster(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.migrate(ctx); err != nil {
 		return err
 	}

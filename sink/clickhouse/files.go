@@ -135,7 +135,7 @@ func (x *FileIndex) Undiscovered(ctx context.Context, typeMatch []string, limit 
 	}
 	q := fmt.Sprintf("SELECT survey_id, toString(response_id), question_id, text FROM %s"+
 		" WHERE (%s) AND text != ''"+
-		" AND (response_id, question_id) NOT IN (SELECT response_id, question_id FROM %s)"+
+		" AND (response_id, question_id) GLOBAL NOT IN (SELECT response_id, question_id FROM %s)"+
 		" LIMIT %d",
 		x.s.table("answers_current"), strings.Join(conds, " OR "), x.s.table("uploaded_files"), limit)
 	rows, err := x.s.Conn().Query(ctx, q)

@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/apache/arrow/go/v17/arrow"
 	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
@@ -22,8 +25,42 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testAddr is the ClickHouse server of the integration tests, or "".
-func testAddr() string { return os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR") }
+// The integration tests run against the single server of
+// SURVEYSYNC_TEST_CLICKHOUSE_ADDR, or, with SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER=1
+// (make test-cluster), against the cluster of
+// SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER (its nodes in
+// SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER_ADDR, comma-separated): every Sink the
+// tests open is then in cluster mode, replicated, ON CLUSTER.
+
+// onCluster reports whether the integration tests target the cluster.
+func onCluster() bool { return os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER") == "1" }
+
+// testAddr is the ClickHouse server (or cluster nodes, comma-separated) of
+// the integration tests, or "".
+func testAddr() string {
+	if onCluster() {
+		return os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER_ADDR")
+	}
+	return os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
+}
+
+// testAddrs is testAddr as a list.
+func testAddrs() []string { return strings.Split(testAddr(), ",") }
+
+// testOptions are the Options of a test's Sink on database db: the single
+// server, or the cluster.
+func testOptions(db string) Options {
+	o := Options{Addr: testAddrs(), Database: db, Registerer: prometheus.NewRegistry()}
+	if onCluster() {
+		o.Cluster = os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER")
+	}
+	return o
+}
+
+// dropDatabase drops db (on every node of the cluster in cluster mode).
+func dropDatabase(ctx context.Context, s *Sink) error {
+	return s.Conn().Exec(s.ddlCtx(ctx), "DROP DATABASE IF EXISTS "+s.Database()+s.tmpl.OnCluster)
+}
 
 // openTest opens a Sink on a fresh database that is dropped after the test.
 // It skips the test when no server is configured.
@@ -34,11 +71,8 @@ func openTest(t testing.TB, mod func(*Options)) (*Sink, *prometheus.Registry) {
 		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
 	}
 	reg := prometheus.NewRegistry()
-	o := Options{
-		Addr:       []string{addr},
-		Database:   randomDB(),
-		Registerer: reg,
-	}
+	o := testOptions(randomDB())
+	o.Registerer = reg
 	if mod != nil {
 		mod(&o)
 	}
@@ -51,7 +85,7 @@ func openTest(t testing.TB, mod func(*Options)) (*Sink, *prometheus.Registry) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := s.Conn().Exec(ctx, "DROP DATABASE IF EXISTS "+s.Database()); err != nil {
+		if err := dropDatabase(ctx, s); err != nil {
 			t.Errorf("drop database %s: %v", s.Database(), err)
 		}
 		if err := s.Close(); err != nil {
@@ -190,4 +224,53 @@ func appendAnswer(ab *array.RecordBuilder, r testResponse, q int, status string)
 		ab.Field(20).(*array.TimestampBuilder).AppendNull()
 	}
 	ab.Field(21).(*array.Uint64Builder).Append(r.Version)
+}
+
+// skipOnCluster skips a test of the one-shard layout of the single server.
+func skipOnCluster(t *testing.T) {
+	t.Helper()
+	if onCluster() {
+		t.Skip("the one-shard cluster surveysync_local is declared on the single test server only")
+	}
+}
+
+// optimizeFinal merges every part of the storage table of s's table (the
+// public name, or its _local table). In cluster mode it runs on each node
+// in turn, then waits until every replica has the merged parts
+// (OPTIMIZE … ON CLUSTER of a replicated table fails on ClickHouse 18.16
+// with "Unknown log entry type: 0").
+func optimizeFinal(t testing.TB, s *Sink, storage string) {
+	t.Helper()
+	if s.tmpl.OnCluster == "" {
+		if err := s.Conn().Exec(ctxT(t), "OPTIMIZE TABLE "+s.table(storage)+" FINAL"); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	local := s.tmpl.Local(strings.TrimSuffix(storage, "_local"))
+	eachNode(t, func(addr string, c driver.Conn) {
+		if err := c.Exec(ctxT(t), "OPTIMIZE TABLE "+local+" FINAL"); err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+	})
+	eachNode(t, func(addr string, c driver.Conn) {
+		if err := c.Exec(ctxT(t), "SYSTEM SYNC REPLICA "+local); err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+	})
+}
+
+// eachNode calls f with a connection to each node of testAddrs in turn.
+func eachNode(t testing.TB, f func(addr string, c driver.Conn)) {
+	t.Helper()
+	for _, addr := range testAddrs() {
+		c, err := ch.Open(&ch.Options{Addr: []string{addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(addr, c)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

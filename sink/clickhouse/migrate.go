@@ -68,25 +68,52 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 //	{{.Cluster}}            "" or the cluster name
 //	{{.Local "t"}}          where rows of table t are stored: "db.t", or in
 //	                        cluster mode "db.t_local" (one per shard)
+//	{{.Engine "t" "ReplacingMergeTree(_version)"}}
+//	                        the engine of t's storage table: as given on a
+//	                        single server (and on a cluster without
+//	                        replication); on a replicated cluster the
+//	                        Replicated* engine with the ZooKeeper path
+//	                        <prefix>/{shard}/<db>/t_local and replica
+//	                        '{replica}' (the server's macros)
 //	{{.Distributed "t" "sharding key"}}
 //	                        "" on a single server; in cluster mode the
 //	                        statement creating the Distributed table db.t over
 //	                        db.t_local. Put it alone between ";" lines.
+//	{{.Redistribute "t" "sharding key"}}
+//	                        "" on a single server; in cluster mode DROP and
+//	                        CREATE of the Distributed table db.t (it holds no
+//	                        rows of its own), to change its sharding key.
 //
 // A table every query and insert should see through its public name is
-// created as {{.Local "t"}} followed by {{.Distributed "t" "key"}}; views
-// read the public names. Tables only this daemon reads (schema_migrations)
-// may use {{.DB}}.t directly: in cluster mode they are then per node.
+// created as {{.Local "t"}} with {{.Engine …}}, followed by
+// {{.Distributed "t" "key"}}; views read the public names. Sharding keys
+// must give the same shard on every supported server version: hash
+// strings and integers, never a UUID itself (ClickHouse 18.16 cannot hash
+// one: cityHash64(toString(uuid)) instead).
 type tmplData struct {
 	DB        string
 	OnCluster string
 	Cluster   string
+	// Replicated makes {{.Engine}} return Replicated* engines.
+	Replicated bool
+	// ZooKeeperPrefix starts every replicated table's ZooKeeper path.
+	ZooKeeperPrefix string
 }
 
+// DefaultZooKeeperPrefix is Options.ZooKeeperPrefix's default, also
+// config's clickhouse.zookeeper_prefix.
+const DefaultZooKeeperPrefix = "/clickhouse/tables"
+
+// newTmplData is the layout of database db: a single server when cluster
+// is "", else the cluster layout, replicated when onClusterDDL is set
+// (tests build the unreplicated layout on a one-shard cluster without
+// ZooKeeper by turning ON CLUSTER off). Open adjusts Replicated and
+// ZooKeeperPrefix from Options.
 func newTmplData(db, cluster string, onClusterDDL bool) tmplData {
-	d := tmplData{DB: db, Cluster: cluster}
+	d := tmplData{DB: db, Cluster: cluster, ZooKeeperPrefix: DefaultZooKeeperPrefix}
 	if cluster != "" && onClusterDDL {
 		d.OnCluster = " ON CLUSTER " + cluster
+		d.Replicated = true
 	}
 	return d
 }
@@ -99,6 +126,26 @@ func (d tmplData) Local(name string) string {
 	return d.DB + "." + name + "_local"
 }
 
+// Engine is the engine clause of name's storage table: engine as given
+// ("ReplacingMergeTree(_version)"), or on a replicated cluster its
+// Replicated* form with the table's ZooKeeper path and replica macro.
+func (d tmplData) Engine(name, engine string) (string, error) {
+	if !d.Replicated || d.Cluster == "" {
+		return engine, nil
+	}
+	open := strings.IndexByte(engine, '(')
+	if open < 0 || !strings.HasSuffix(engine, ")") || !strings.HasSuffix(engine[:open], "MergeTree") {
+		return "", fmt.Errorf("engine %q of %s: want <Kind>MergeTree(<args>)", engine, name)
+	}
+	args := strings.TrimSpace(engine[open+1 : len(engine)-1])
+	path := fmt.Sprintf("%s/{shard}/%s/%s_local", strings.TrimRight(d.ZooKeeperPrefix, "/"), d.DB, name)
+	repl := fmt.Sprintf("Replicated%s(%s, '{replica}'", engine[:open], quoteString(path))
+	if args != "" {
+		repl += ", " + args
+	}
+	return repl + ")", nil
+}
+
 // Distributed is the DDL of the Distributed table name over its local
 // table, sharded by shardingKey; "" on a single server.
 func (d tmplData) Distributed(name, shardingKey string) string {
@@ -107,6 +154,15 @@ func (d tmplData) Distributed(name, shardingKey string) string {
 	}
 	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s%s AS %s\nENGINE = Distributed(%s, %s, %s_local, %s)",
 		d.DB, name, d.OnCluster, d.Local(name), d.Cluster, d.DB, name, shardingKey)
+}
+
+// Redistribute re-creates the Distributed table name with shardingKey;
+// "" on a single server.
+func (d tmplData) Redistribute(name, shardingKey string) string {
+	if d.Cluster == "" {
+		return ""
+	}
+	return fmt.Sprintf("DROP TABLE IF EXISTS %s.%s%s\n;\n%s", d.DB, name, d.OnCluster, d.Distributed(name, shardingKey))
 }
 
 // render executes a migration's template and splits it into statements: a
@@ -149,8 +205,17 @@ func render(m migration, d tmplData) ([]string, error) {
 	return stmts, nil
 }
 
-// bootstrap are the statements run before any migration.
+// bootstrap are the statements run before any migration. On a replicated
+// cluster schema_migrations is one table replicated to every node (one
+// ZooKeeper path for the whole cluster, replica '{shard}-{replica}'), so a
+// migration recorded through any node counts on all of them; otherwise it
+// is per node, and re-applying a migration on another node is harmless.
 func bootstrap(d tmplData) []string {
+	engine := "ReplacingMergeTree(applied_at)"
+	if d.Replicated && d.Cluster != "" {
+		path := fmt.Sprintf("%s/all/%s/schema_migrations", strings.TrimRight(d.ZooKeeperPrefix, "/"), d.DB)
+		engine = fmt.Sprintf("ReplicatedReplacingMergeTree(%s, '{shard}-{replica}', applied_at)", quoteString(path))
+	}
 	return []string{
 		fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s%s", d.DB, d.OnCluster),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.schema_migrations%s
@@ -159,8 +224,8 @@ func bootstrap(d tmplData) []string {
     name String,
     applied_at DateTime('UTC')
 )
-ENGINE = ReplacingMergeTree(applied_at)
-ORDER BY version`, d.DB, d.OnCluster),
+ENGINE = %s
+ORDER BY version`, d.DB, d.OnCluster, engine),
 	}
 }
 
@@ -250,7 +315,7 @@ func (s *Sink) appliedMigrations(ctx context.Context) (map[int]bool, error) {
 // ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS: an ALTER … ADD COLUMN
 // that fails because the column already exists counts as done too.
 func (s *Sink) execDDL(ctx context.Context, stmt string) error {
-	err := s.conn.Exec(ctx, stmt)
+	err := s.conn.Exec(s.ddlCtx(ctx), stmt)
 	if err == nil {
 		return nil
 	}
@@ -262,13 +327,39 @@ func (s *Sink) execDDL(ctx context.Context, stmt string) error {
 		s.log.Debug("column already added", "error", err)
 		return nil
 	}
-	return err
+	return s.clusterDDLError(err)
+}
+
+// ddlCtx bounds how long an ON CLUSTER statement waits for every node.
+func (s *Sink) ddlCtx(ctx context.Context) context.Context {
+	if s.tmpl.OnCluster == "" {
+		return ctx
+	}
+	secs := int((s.opts.DDLTimeout + time.Second - 1) / time.Second)
+	return ch.Context(ctx, ch.WithSettings(ch.Settings{"distributed_ddl_task_timeout": secs}))
+}
+
+// clusterDDLError explains an ON CLUSTER statement's failure: which
+// cluster, and what to check.
+func (s *Sink) clusterDDLError(err error) error {
+	if s.tmpl.OnCluster == "" {
+		return err
+	}
+	var ex *ch.Exception
+	if errors.As(err, &ex) && ex.Code == codeTimeoutExceeded {
+		return fmt.Errorf("ON CLUSTER %s did not finish on every node within clickhouse.ddl_timeout (%s): "+
+			"a node is down or the distributed DDL queue is stalled; the statement stays queued and runs when the node is back "+
+			"(check system.clusters, each node's log and ZooKeeper /clickhouse/task_queue/ddl): %w",
+			s.opts.Cluster, s.opts.DDLTimeout, err)
+	}
+	return fmt.Errorf("ON CLUSTER %s (needs ZooKeeper/Keeper and <distributed_ddl> on every node): %w", s.opts.Cluster, err)
 }
 
 var addColumnRE = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s.*\sADD\s+COLUMN\s`)
 
 // ClickHouse error codes used here.
 const (
+	codeTimeoutExceeded       = 159
 	codeIllegalColumn         = 44
 	codeDuplicateColumn       = 15
 	codeTableAlreadyExists    = 57

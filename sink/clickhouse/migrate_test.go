@@ -164,7 +164,7 @@ SELECT ';' -- not a separator
 // must not fail, although 18.16 has no ADD COLUMN IF NOT EXISTS.
 func TestMigrationReapplied(t *testing.T) {
 	fsys := fstest.MapFS{
-		"migrations/0001_t.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = MergeTree ORDER BY a
+		"migrations/0001_t.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = {{.Engine "t" "MergeTree()"}} ORDER BY a
 ;
 ALTER TABLE {{.Local "t"}}{{.OnCluster}} ADD COLUMN b String
 `)},
@@ -181,9 +181,14 @@ ALTER TABLE {{.Local "t"}}{{.OnCluster}} ADD COLUMN b String
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s2, err := Open(ctxT(t), Options{Addr: []string{testAddr()}, Database: s.Database(), migrations: fsys})
+	s2, err := Open(ctxT(t), withMigrations(testOptions(s.Database()), fsys))
 	if err != nil {
 		t.Fatalf("re-applying a migration with ADD COLUMN: %v", err)
 	}
 	s2.Close()
+}
+
+func withMigrations(o Options, fsys fstest.MapFS) Options {
+	o.migrations = fsys
+	return o
 }

@@ -47,6 +47,7 @@ func TestWriteRejects(t *testing.T) {
 	t.Run("single", func(t *testing.T) { testWriteRejects(t, nil, "rejects") })
 	// A one-shard cluster: rejects is a Distributed table over rejects_local.
 	t.Run("cluster", func(t *testing.T) {
+		skipOnCluster(t)
 		testWriteRejects(t, func(o *Options) { o.Cluster = "surveysync_local"; o.noOnClusterDDL = true }, "rejects_local")
 	})
 }
@@ -71,9 +72,7 @@ func testWriteRejects(t *testing.T, mod func(*Options), storage string) {
 	if err := s.WriteRejects(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Conn().Exec(ctx, "OPTIMIZE TABLE "+s.table(storage)+" FINAL"); err != nil {
-		t.Fatal(err)
-	}
+	optimizeFinal(t, s, storage)
 	rows, err := s.Conn().Query(ctx, "SELECT survey_id, response_id, stage, reason, error, source, rejected_at FROM "+
 		s.table("rejects")+" ORDER BY rejected_at")
 	if err != nil {

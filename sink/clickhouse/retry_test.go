@@ -94,7 +94,7 @@ func TestWriteRetriesAfterBrokenConnection(t *testing.T) {
 	if testAddr() == "" {
 		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
 	}
-	proxy := newCutProxy(t, testAddr(), 256*1024)
+	proxy := newCutProxy(t, testAddrs()[0], 256*1024)
 	s, _ := openTest(t, func(o *Options) { o.Addr = []string{proxy.ln.Addr().String()}; o.MaxRetries = 3 })
 	done := baseTime.Add(time.Hour)
 	var rs []testResponse

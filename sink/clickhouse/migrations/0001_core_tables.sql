@@ -23,11 +23,11 @@ CREATE TABLE IF NOT EXISTS {{.Local "responses"}}{{.OnCluster}}
     synced_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "responses" "ReplacingMergeTree(_version)"}}
 PARTITION BY toYYYYMM(date_created)
 ORDER BY (survey_id, response_id)
 ;
-{{.Distributed "responses" "cityHash64(response_id)"}}
+{{.Distributed "responses" "cityHash64(toString(response_id))"}}
 ;
 -- answers: _version is part of the sorting key, so the answers of different
 -- versions of a response coexist (a newer version may have fewer answers:
@@ -61,11 +61,11 @@ CREATE TABLE IF NOT EXISTS {{.Local "answers"}}{{.OnCluster}}
     date_completed Nullable(DateTime('UTC')),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "answers" "ReplacingMergeTree(_version)"}}
 PARTITION BY toYYYYMM(ifNull(date_completed, toDateTime(0, 'UTC')))
 ORDER BY (survey_id, response_id, _version, page_index, question_index, answer_index)
 ;
-{{.Distributed "answers" "cityHash64(response_id)"}}
+{{.Distributed "answers" "cityHash64(toString(response_id))"}}
 ;
 -- sync_state: one checkpoint per survey and stream; the latest _version wins.
 CREATE TABLE IF NOT EXISTS {{.Local "sync_state"}}{{.OnCluster}}
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "sync_state"}}{{.OnCluster}}
     updated_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "sync_state" "ReplacingMergeTree(_version)"}}
 ORDER BY (survey_id, stream)
 ;
 {{.Distributed "sync_state" "cityHash64(survey_id)"}}
@@ -96,7 +96,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "surveys"}}{{.OnCluster}}
     updated_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "surveys" "ReplacingMergeTree(_version)"}}
 ORDER BY survey_id
 ;
 {{.Distributed "surveys" "cityHash64(survey_id)"}}

@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "webhook_events"}}{{.OnCluster}}
     body String,
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "webhook_events" "ReplacingMergeTree(_version)"}}
 PARTITION BY toYYYYMM(received_at)
 ORDER BY (survey_id, event_name, event_id)
 ;

@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "pushed_contacts"}}{{.OnCluster}}
     updated_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "pushed_contacts" "ReplacingMergeTree(_version)"}}
 ORDER BY (feed, distribution_id, key)
 ;
 {{.Distributed "pushed_contacts" "cityHash64(feed, key)"}}
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "message_sends"}}{{.OnCluster}}
     at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "message_sends" "ReplacingMergeTree(_version)"}}
 ORDER BY (feed, batch_id)
 ;
 {{.Distributed "message_sends" "cityHash64(feed, batch_id)"}}

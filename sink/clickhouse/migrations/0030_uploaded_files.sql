@@ -23,10 +23,10 @@ CREATE TABLE IF NOT EXISTS {{.Local "uploaded_files"}}{{.OnCluster}}
     is_deleted UInt8,
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "uploaded_files" "ReplacingMergeTree(_version)"}}
 ORDER BY (survey_id, response_id, file_id)
 ;
-{{.Distributed "uploaded_files" "cityHash64(response_id)"}}
+{{.Distributed "uploaded_files" "cityHash64(toString(response_id))"}}
 ;
 -- uploaded_files_current: each file once, at its latest version, unless its
 -- response was deleted. Files that could not be copied yet are shown with

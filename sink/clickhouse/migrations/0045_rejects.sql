@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "rejects"}}{{.OnCluster}}
     source String,
     rejected_at DateTime('UTC')
 )
-ENGINE = ReplacingMergeTree()
+ENGINE = {{.Engine "rejects" "ReplacingMergeTree()"}}
 PARTITION BY toYYYYMM(rejected_at)
 ORDER BY (survey_id, response_id, rejected_at, stage, reason)
 ;

@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS {{.Local "sync_progress"}}{{.OnCluster}}
     updated_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = {{.Engine "sync_progress" "ReplacingMergeTree(_version)"}}
 ORDER BY (survey_id, stream)
 ;
 {{.Distributed "sync_progress" "cityHash64(survey_id)"}}

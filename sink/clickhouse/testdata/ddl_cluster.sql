@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS surveysync.schema_migrations ON CLUSTER warehouse
     name String,
     applied_at DateTime('UTC')
 )
-ENGINE = ReplacingMergeTree(applied_at)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/surveysync/schema_migrations', '{shard}-{replica}', applied_at)
 ORDER BY version
 ;
 -- 0001_core_tables.sql
@@ -28,12 +28,12 @@ CREATE TABLE IF NOT EXISTS surveysync.responses_local ON CLUSTER warehouse
     synced_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/surveysync/responses_local', '{replica}', _version)
 PARTITION BY toYYYYMM(date_created)
 ORDER BY (survey_id, response_id)
 ;
 CREATE TABLE IF NOT EXISTS surveysync.responses ON CLUSTER warehouse AS surveysync.responses_local
-ENGINE = Distributed(warehouse, surveysync, responses_local, cityHash64(response_id))
+ENGINE = Distributed(warehouse, surveysync, responses_local, cityHash64(toString(response_id)))
 ;
 CREATE TABLE IF NOT EXISTS surveysync.answers_local ON CLUSTER warehouse
 (
@@ -60,12 +60,12 @@ CREATE TABLE IF NOT EXISTS surveysync.answers_local ON CLUSTER warehouse
     date_completed Nullable(DateTime('UTC')),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/surveysync/answers_local', '{replica}', _version)
 PARTITION BY toYYYYMM(ifNull(date_completed, toDateTime(0, 'UTC')))
 ORDER BY (survey_id, response_id, _version, page_index, question_index, answer_index)
 ;
 CREATE TABLE IF NOT EXISTS surveysync.answers ON CLUSTER warehouse AS surveysync.answers_local
-ENGINE = Distributed(warehouse, surveysync, answers_local, cityHash64(response_id))
+ENGINE = Distributed(warehouse, surveysync, answers_local, cityHash64(toString(response_id)))
 ;
 CREATE TABLE IF NOT EXISTS surveysync.sync_state_local ON CLUSTER warehouse
 (
@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS surveysync.sync_state_local ON CLUSTER warehouse
     updated_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/surveysync/sync_state_local', '{replica}', _version)
 ORDER BY (survey_id, stream)
 ;
 CREATE TABLE IF NOT EXISTS surveysync.sync_state ON CLUSTER warehouse AS surveysync.sync_state_local
@@ -95,7 +95,7 @@ CREATE TABLE IF NOT EXISTS surveysync.surveys_local ON CLUSTER warehouse
     updated_at DateTime('UTC'),
     _version UInt64
 )
-ENGINE = ReplacingMergeTree(_version)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/surveysync/surveys_local', '{replica}', _version)
 ORDER BY survey_id
 ;
 CREATE TABLE IF NOT EXISTS surveysync.surveys ON CLUSTER warehouse AS surveysync.surveys_local

@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS surveysync.rejects_local ON CLUSTER warehouse
     source String,
     rejected_at DateTime('UTC')
 )
-ENGINE = ReplacingMergeTree()
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/surveysync/rejects_local', '{replica}')
 PARTITION BY toYYYYMM(rejected_at)
 ORDER BY (survey_id, response_id, rejected_at, stage, reason)
 ;
