@@ -30,11 +30,14 @@ ping_node() {
 	node_query "$1" 'SELECT 1' >/dev/null 2>&1
 }
 
-# ping_zookeeper: ZooKeeper answers "ruok" with "imok".
+# ping_zookeeper: ZooKeeper serves requests: its "srvr" answer names its
+# mode ("ruok" says imok before a restarted server has loaded its data, and
+# a clickhouse-server that starts then fails to load its Replicated tables
+# and exits).
 ping_zookeeper() {
 	local ans
-	ans="$(timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf ruok >&3 && cat <&3' _ "$CLUSTER_ZK_PORT" 2>/dev/null || true)"
-	[[ "$ans" == imok ]]
+	ans="$(timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && cat <&3' _ "$CLUSTER_ZK_PORT" 2>/dev/null || true)"
+	[[ "$ans" == *"Mode: "* ]]
 }
 
 # our_pid PIDFILE PATTERN: prints the pid in PIDFILE when that process is
@@ -60,17 +63,25 @@ start_node() {
 	clickhouse-server --config-file="$d/config.xml" --pid-file="$d/clickhouse.pid" --daemon
 }
 
-# wait_node N SECONDS: until node N answers SELECT 1; on timeout prints its error log.
+# wait_node N SECONDS: until node N answers SELECT 1; when it does not
+# (or its process has exited) prints the end of its error log.
 wait_node() {
-	local n="$1" secs="$2" i
+	local n="$1" secs="$2" i what
+	what="did not answer within ${secs}s"
 	for ((i = 0; i < secs * 4; i++)); do
 		if ping_node "$n"; then
 			return 0
 		fi
+		# The daemon writes its pid file early; no live process 5 s in means it died.
+		if ((i >= 20)) && ! node_pid "$n" >/dev/null; then
+			what="exited"
+			break
+		fi
 		sleep 0.25
 	done
-	echo "cluster: node $n (127.0.0.1:$(node_tcp_port "$n")) did not answer within ${secs}s; last lines of $CLUSTER_DIR/n$n/log/clickhouse-server.err.log:" >&2
-	tail -n 30 "$CLUSTER_DIR/n$n/log/clickhouse-server.err.log" >&2 || true
+	echo "cluster: node $n (127.0.0.1:$(node_tcp_port "$n")) $what; last errors in $CLUSTER_DIR/n$n/log/clickhouse-server.err.log:" >&2
+	# Without the stack-trace lines.
+	grep -v '^[0-9]*\. ' "$CLUSTER_DIR/n$n/log/clickhouse-server.err.log" 2>/dev/null | tail -n 15 >&2 || true
 	return 1
 }
 
@@ -78,7 +89,7 @@ wait_node() {
 # for the process to exit (then KILLs it).
 stop_pid() {
 	local name="$1" pid="$2" sig="$3" i
-	kill "-$sig" "$pid" 2>/dev/null || return 0
+	kill "-$sig" "$pid" 2>/dev/null || true
 	for ((i = 0; i < 120; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.25

@@ -85,6 +85,7 @@ print_exports() {
 # ---- ZooKeeper --------------------------------------------------------------
 
 zk="$CLUSTER_DIR/zookeeper"
+zk_started=0
 if zookeeper_pid >/dev/null; then
 	:
 elif ping_zookeeper; then
@@ -114,23 +115,28 @@ CFG
 		-cp "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar" \
 		org.apache.zookeeper.server.ZooKeeperServerMain "$1/zoo.cfg"' _ "$zk" \
 		</dev/null >>"$zk/zookeeper.log" 2>&1 &
-	ok=0
-	for ((i = 0; i < wait_seconds * 4; i++)); do
-		if ping_zookeeper; then
-			ok=1
-			break
-		fi
-		if ! zookeeper_pid >/dev/null && ((i > 8)); then
-			break
-		fi
-		sleep 0.25
-	done
-	if ((!ok)); then
-		echo "cluster-up: ZooKeeper did not answer on 127.0.0.1:$CLUSTER_ZK_PORT; last lines of $zk/zookeeper.log:" >&2
-		tail -n 30 "$zk/zookeeper.log" >&2 || true
-		exit 1
+	zk_started=1
+fi
+# Until it serves requests (a node that starts before cannot load its
+# Replicated tables and exits).
+ok=0
+for ((i = 0; i < wait_seconds * 4; i++)); do
+	if ping_zookeeper; then
+		ok=1
+		break
 	fi
-	echo "cluster-up: ZooKeeper answers on 127.0.0.1:$CLUSTER_ZK_PORT (pid $(cat "$zk/zookeeper.pid"))" >&2
+	if ! zookeeper_pid >/dev/null && ((i > 8)); then
+		break
+	fi
+	sleep 0.25
+done
+if ((!ok)); then
+	echo "cluster-up: ZooKeeper does not serve on 127.0.0.1:$CLUSTER_ZK_PORT; last lines of $zk/zookeeper.log:" >&2
+	tail -n 30 "$zk/zookeeper.log" >&2 || true
+	exit 1
+fi
+if ((zk_started)); then
+	echo "cluster-up: ZooKeeper serves on 127.0.0.1:$CLUSTER_ZK_PORT (pid $(cat "$zk/zookeeper.pid"))" >&2
 fi
 
 # ---- ClickHouse nodes -------------------------------------------------------
@@ -273,7 +279,7 @@ for ((n = 1; n <= CLUSTER_NODES; n++)); do
 	if ((!ok)); then
 		echo "cluster-up: node $n does not reach ZooKeeper on 127.0.0.1:$CLUSTER_ZK_PORT:" >&2
 		node_query "$n" "SELECT count() FROM system.zookeeper WHERE path = '/'" >&2 || true
-		tail -n 30 "$CLUSTER_DIR/n$n/log/clickhouse-server.err.log" >&2 || true
+		grep -v '^[0-9]*\. ' "$CLUSTER_DIR/n$n/log/clickhouse-server.err.log" 2>/dev/null | tail -n 15 >&2 || true
 		exit 1
 	fi
 done
