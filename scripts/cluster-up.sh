@@ -212,7 +212,7 @@ XML
     <profiles>
         <default>
             <max_memory_usage>2000000000</max_memory_usage>
-            <load_balancing>random</load_balancing>
+            <load_balancing>in_order</load_balancing>
             <background_pool_size>4</background_pool_size>
             <background_schedule_pool_size>4</background_schedule_pool_size>
         </default>

@@ -259,11 +259,17 @@ func warehouseFingerprints(t *testing.T, w *testWarehouse) map[string]string {
 }
 
 func readWarehouse(w *testWarehouse) (map[string]string, error) {
+	return readWarehouseAs(w.conn, w.db+".responses_current", w.db+".answers_current")
+}
+
+// readWarehouseAs reads the fingerprints from responsesFrom and answersFrom
+// (tables, views or subqueries with a WHERE: what follows FROM).
+func readWarehouseAs(conn driver.Conn, responsesFrom, answersFrom string) (map[string]string, error) {
 	ctx := context.Background()
 	out := map[string]string{}
-	rows, err := w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), survey_id, response_status,
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), survey_id, response_status,
 		if(isNull(date_completed), '-', formatDateTime(assumeNotNull(date_completed), '%%Y-%%m-%%dT%%H:%%M:%%SZ'))
-		FROM %s.responses_current`, w.db))
+		FROM %s`, responsesFrom))
 	if err != nil {
 		return nil, err
 	}
@@ -279,8 +285,8 @@ func readWarehouse(w *testWarehouse) (map[string]string, error) {
 		out[id] = fmt.Sprintf("%d|%s|%s|", sid, status, completed)
 	}
 	rows.Close()
-	rows, err = w.conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), page_index, question_index, answer_index, question_id,
-		choice_id, row_id, value, text FROM %s.answers_current ORDER BY response_id, page_index, question_index, answer_index`, w.db))
+	rows, err = conn.Query(ctx, fmt.Sprintf(`SELECT toString(response_id), page_index, question_index, answer_index, question_id,
+		choice_id, row_id, value, text FROM %s ORDER BY response_id, page_index, question_index, answer_index`, answersFrom))
 	if err != nil {
 		return nil, err
 	}
