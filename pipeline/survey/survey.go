@@ -253,9 +253,12 @@ type ResponseRef struct {
 
 // Response is one response's detail (docs/api.md §2.5).
 type Response struct {
-	ResponseID     GUID           `json:"response_id"`
-	SurveyID       int64          `json:"survey_id"`
-	ContactID      *int64         `json:"contact_id,omitempty"`
+	ResponseID GUID   `json:"response_id"`
+	SurveyID   int64  `json:"survey_id"`
+	ContactID  *int64 `json:"contact_id,omitempty"`
+	// ContactIDHash is not sent by the service: pipeline/privacy sets it
+	// (and clears ContactID) when privacy.fields.contact_id is hash.
+	ContactIDHash  string         `json:"contact_id_hash,omitempty"`
 	DistributionID *int64         `json:"distribution_id,omitempty"`
 	SurveyName     string         `json:"survey_name"`
 	IPAddress      string         `json:"ip_address"`
