@@ -35,6 +35,7 @@ type Config struct {
 	Log        Log        `koanf:"log"`
 	Demo       Demo       `koanf:"demo"`
 	Feeds      []Feed     `koanf:"feeds"`
+	Privacy    Privacy    `koanf:"privacy"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -351,6 +352,15 @@ func defaults() *Config {
 			Seed:               1,
 		}},
 		Feeds: []Feed{},
+		Privacy: Privacy{
+			Fields: PrivacyFields{
+				IPAddress:      ActionKeep,
+				ContactID:      ActionKeep,
+				DistributionID: ActionKeep,
+				URLParameters:  map[string]string{},
+			},
+			Questions: []QuestionRule{},
+		},
 	}
 }
 

@@ -543,6 +543,7 @@ func secretConfig(t *testing.T) (*Config, []string) {
 		"SURVEYSYNC_FILES__S3__SECRET_ACCESS_KEY":           "s3cr3t-s3-key",
 		"SURVEYSYNC_FILES__S3__SESSION_TOKEN":               "s3cr3t-s3-session",
 		"SURVEYSYNC_FEEDS__1__HTTP__TOKEN":                  "s3cr3t-feed-token-0123",
+		"SURVEYSYNC_PRIVACY__HASH_KEY":                      "s3cr3t-privacy-hash-key",
 		"SURVEYSYNC_API__BASE_URL":                          "https://user:s3cr3t-url-pass@api.example.com/v1",
 		"SURVEYSYNC_FILES__URL":                             "s3://bucket?region=eu&secret_key=s3cr3t-query",
 		"SURVEYSYNC_FILES__S3__ACCESS_KEY_ID":               "AKIAPUBLIC",

@@ -381,8 +381,8 @@ func applyEntries(k *koanf.Koanf, entries []entry, sources map[string]string) []
 			errs = append(errs, fmt.Errorf("%s in %s: %s", path, e.origin, hideIfSecret(leaf, err)))
 			continue
 		}
-		if len(segs) > 1 && isStructList(fieldType(configType, segs[0])) {
-			if err := setInList(k, segs, val); err != nil {
+		if j := structListAt(segs); j >= 0 {
+			if err := setInList(k, segs, j, val); err != nil {
 				errs = append(errs, fmt.Errorf("%s in %s: %w", path, e.origin, err))
 				continue
 			}
@@ -395,19 +395,42 @@ func applyEntries(k *koanf.Koanf, entries []entry, sources map[string]string) []
 	return errs
 }
 
-// setInList sets segs[2:] inside element segs[1] of the list at segs[0].
-func setInList(k *koanf.Koanf, segs []string, val any) error {
-	list, _ := k.Get(segs[0]).([]any)
-	i, _ := strconv.Atoi(segs[1])
+// structListAt returns the index in segs of the first list of sections
+// the key passes through (feeds in feeds.0.name, privacy.questions in
+// privacy.questions.0.action), or -1.
+func structListAt(segs []string) int {
+	t := configType
+	for j, seg := range segs[:len(segs)-1] {
+		if t.Kind() != reflect.Struct || t == timeType {
+			return -1
+		}
+		ft, ok := fieldByTag(t, seg)
+		if !ok {
+			return -1
+		}
+		if isStructList(ft) {
+			return j
+		}
+		t = ft
+	}
+	return -1
+}
+
+// setInList sets segs[j+2:] inside element segs[j+1] of the list at
+// segs[:j+1].
+func setInList(k *koanf.Koanf, segs []string, j int, val any) error {
+	name := strings.Join(segs[:j+1], ".")
+	list, _ := k.Get(name).([]any)
+	i, _ := strconv.Atoi(segs[j+1])
 	if i >= len(list) {
-		return fmt.Errorf("there is no %s[%d]: the configuration file defines %d (the environment and flags can change a list element, not add one)", segs[0], i, len(list))
+		return fmt.Errorf("there is no %s[%d]: the configuration file defines %d (the environment and flags can change a list element, not add one)", name, i, len(list))
 	}
 	elem, ok := list[i].(map[string]any)
 	if !ok {
-		return fmt.Errorf("%s[%d] is not a mapping", segs[0], i)
+		return fmt.Errorf("%s[%d] is not a mapping", name, i)
 	}
 	m := elem
-	for _, s := range segs[2 : len(segs)-1] {
+	for _, s := range segs[j+2 : len(segs)-1] {
 		next, ok := m[s].(map[string]any)
 		if !ok {
 			next = map[string]any{}
@@ -416,7 +439,7 @@ func setInList(k *koanf.Koanf, segs []string, val any) error {
 		m = next
 	}
 	m[segs[len(segs)-1]] = val
-	return k.Set(segs[0], list)
+	return k.Set(name, list)
 }
 
 // resolveKey walks segs through the Config type and returns the type of

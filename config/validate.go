@@ -72,6 +72,7 @@ func (c *Config) problems() problems {
 	c.validateFiles(&p)
 	c.validateMisc(&p)
 	c.validateFeeds(&p)
+	c.validatePrivacy(&p)
 	c.validateListeners(&p)
 	return p
 }

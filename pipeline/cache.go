@@ -46,5 +46,6 @@ func contentHash(r *survey.Response) uint64 {
 	}
 	h := fnv.New64a()
 	h.Write(b)
+	h.Write([]byte(r.ContactIDHash)) // not in the JSON form
 	return h.Sum64() | 1
 }

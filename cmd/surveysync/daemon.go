@@ -125,6 +125,20 @@ func newClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) 
 
 // openWarehouse opens ClickHouse when configured, else the Parquet directory.
 func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
+	p, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	wh, err := openBackend(ctx, cfg, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return withPrivacy(wh, p), nil
+}
+
+// openBackend opens the warehouse's backend (openWarehouse adds the
+// privacy rules of its webhook log and feed ledger).
+func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
 	if len(cfg.ClickHouse.Addr) > 0 {
 		return clickhouse.OpenWarehouse(ctx, clickhouse.Options{
 			Addr:            cfg.ClickHouse.Addr,
@@ -258,6 +272,13 @@ type parts struct {
 // assemble builds the components: the files copier, the survey book, the
 // pipeline, the poller, the webhook receiver and the feed runner.
 func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (d *parts, err error) {
+	// The one point where a fetched response enters the pipeline: every
+	// detail is transformed by the privacy rules before anything (rows,
+	// rejects, the file copier, logs) sees it.
+	policy, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
 	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), close: func() error { return nil }}
 	built := d // an error return sets d to nil
 	defer func() {
@@ -284,7 +305,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		Rejects:          wh,
 		Logger:           log.With("component", "pipeline"),
 		Registerer:       reg,
-	}, client, wh)
+	}, policy.Fetcher(client), wh)
 	d.surveys = pollingSet(cfg, d.book)
 	d.poller = poll.New(poll.Options{
 		Surveys:               d.surveys,

@@ -123,13 +123,13 @@ type Builder struct {
 }
 
 type respCols struct {
-	responseID, surveyName, ip, status *array.StringBuilder
-	surveyID, distID, contactID, total *array.Int64Builder
-	created, completed, synced         *array.TimestampBuilder
-	urlNames, urlValues                *array.ListBuilder
-	urlName, urlValue                  *array.StringBuilder
-	deleted                            *array.Uint8Builder
-	version                            *array.Uint64Builder
+	responseID, surveyName, ip, status, contactHash *array.StringBuilder
+	surveyID, distID, contactID, total              *array.Int64Builder
+	created, completed, synced                      *array.TimestampBuilder
+	urlNames, urlValues                             *array.ListBuilder
+	urlName, urlValue                               *array.StringBuilder
+	deleted                                         *array.Uint8Builder
+	version                                         *array.Uint64Builder
 }
 
 type ansCols struct {
@@ -149,21 +149,22 @@ func NewBuilder(mem memory.Allocator) *Builder {
 	}
 	rf := fieldsByName(b.resp)
 	b.r = respCols{
-		responseID: rf["response_id"].(*array.StringBuilder),
-		surveyID:   rf["survey_id"].(*array.Int64Builder),
-		surveyName: rf["survey_name"].(*array.StringBuilder),
-		distID:     rf["distribution_id"].(*array.Int64Builder),
-		contactID:  rf["contact_id"].(*array.Int64Builder),
-		ip:         rf["ip_address"].(*array.StringBuilder),
-		created:    rf["date_created"].(*array.TimestampBuilder),
-		completed:  rf["date_completed"].(*array.TimestampBuilder),
-		total:      rf["total_time"].(*array.Int64Builder),
-		status:     rf["response_status"].(*array.StringBuilder),
-		urlNames:   rf["url_parameters.name"].(*array.ListBuilder),
-		urlValues:  rf["url_parameters.value"].(*array.ListBuilder),
-		deleted:    rf["is_deleted"].(*array.Uint8Builder),
-		synced:     rf["synced_at"].(*array.TimestampBuilder),
-		version:    rf["_version"].(*array.Uint64Builder),
+		responseID:  rf["response_id"].(*array.StringBuilder),
+		surveyID:    rf["survey_id"].(*array.Int64Builder),
+		surveyName:  rf["survey_name"].(*array.StringBuilder),
+		distID:      rf["distribution_id"].(*array.Int64Builder),
+		contactID:   rf["contact_id"].(*array.Int64Builder),
+		contactHash: rf["contact_id_hash"].(*array.StringBuilder),
+		ip:          rf["ip_address"].(*array.StringBuilder),
+		created:     rf["date_created"].(*array.TimestampBuilder),
+		completed:   rf["date_completed"].(*array.TimestampBuilder),
+		total:       rf["total_time"].(*array.Int64Builder),
+		status:      rf["response_status"].(*array.StringBuilder),
+		urlNames:    rf["url_parameters.name"].(*array.ListBuilder),
+		urlValues:   rf["url_parameters.value"].(*array.ListBuilder),
+		deleted:     rf["is_deleted"].(*array.Uint8Builder),
+		synced:      rf["synced_at"].(*array.TimestampBuilder),
+		version:     rf["_version"].(*array.Uint64Builder),
 	}
 	b.r.urlName = b.r.urlNames.ValueBuilder().(*array.StringBuilder)
 	b.r.urlValue = b.r.urlValues.ValueBuilder().(*array.StringBuilder)
@@ -357,7 +358,7 @@ func countAnswers(r *survey.Response) (int, error) {
 			for ai := range q.Answers {
 				if f := q.Answers[ai].FileID; f != nil {
 					if _, err := survey.ParseGUID(string(*f)); err != nil {
-						return 0, permanent.Errorf(ReasonBadFileID, "question %d answer %d: file_id %.40q is not a GUID", q.ID, ai, string(*f))
+						return 0, permanent.Errorf(ReasonBadFileID, "question %d answer %d: file_id is not a GUID (%d bytes; the value is not quoted: it may be personal data)", q.ID, ai, len(*f))
 					}
 				}
 			}
@@ -397,7 +398,7 @@ func (b *Builder) appendResponse(it Item, id string, deleted bool) {
 	appendString(c.status, status)
 	c.urlNames.Append(true)
 	c.urlValues.Append(true)
-	n := len(id) + len(r.SurveyName) + len(r.IPAddress) + len(status)
+	n := len(id) + len(r.SurveyName) + len(r.IPAddress) + len(status) + len(r.ContactIDHash)
 	for i := range r.URLParameters {
 		p := &r.URLParameters[i]
 		appendString(c.urlName, p.Name)
@@ -407,6 +408,7 @@ func (b *Builder) appendResponse(it Item, id string, deleted bool) {
 	c.deleted.Append(isDel)
 	c.synced.Append(ts(it.SyncedAt))
 	c.version.Append(it.Version)
+	appendString(c.contactHash, r.ContactIDHash)
 	b.bytes += respRowBytes + n
 }
 

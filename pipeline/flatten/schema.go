@@ -33,6 +33,9 @@ var ResponsesSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "is_deleted", Type: arrow.PrimitiveTypes.Uint8},
 	{Name: "synced_at", Type: tsUTC},
 	{Name: "_version", Type: arrow.PrimitiveTypes.Uint64},
+	// Added by issue 23 (privacy.fields.contact_id: hash), hence last: the
+	// hash of the contact id, "" when it is kept or dropped.
+	{Name: "contact_id_hash", Type: arrow.BinaryTypes.String},
 }, nil)
 
 // AnswersSchema is the Arrow schema of the long answers table: one row per

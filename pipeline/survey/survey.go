@@ -41,23 +41,25 @@ var ErrBadGUID = errors.New("invalid guid")
 var ErrBadTime = errors.New("invalid timestamp")
 
 // ParseGUID validates s as a canonical GUID and returns it in lower case.
+// Its errors never quote s: a malformed id may be personal data, and the
+// errors end up in reject records and log lines.
 func ParseGUID(s string) (GUID, error) {
 	if len(s) != 36 {
-		return "", fmt.Errorf("%w %q: want 36 characters in 8-4-4-4-12 form", ErrBadGUID, s)
+		return "", fmt.Errorf("%w (%d bytes): want 36 characters in 8-4-4-4-12 form", ErrBadGUID, len(s))
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch i {
 		case 8, 13, 18, 23:
 			if c != '-' {
-				return "", fmt.Errorf("%w %q: want '-' at offset %d", ErrBadGUID, s, i)
+				return "", fmt.Errorf("%w: want '-' at offset %d", ErrBadGUID, i)
 			}
 			continue
 		}
 		switch {
 		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
 		default:
-			return "", fmt.Errorf("%w %q: %q is not hexadecimal", ErrBadGUID, s, c)
+			return "", fmt.Errorf("%w: the character at offset %d is not hexadecimal", ErrBadGUID, i)
 		}
 	}
 	return GUID(strings.ToLower(s)), nil
@@ -253,9 +255,13 @@ type ResponseRef struct {
 
 // Response is one response's detail (docs/api.md §2.5).
 type Response struct {
-	ResponseID     GUID           `json:"response_id"`
-	SurveyID       int64          `json:"survey_id"`
-	ContactID      *int64         `json:"contact_id,omitempty"`
+	ResponseID GUID   `json:"response_id"`
+	SurveyID   int64  `json:"survey_id"`
+	ContactID  *int64 `json:"contact_id,omitempty"`
+	// ContactIDHash is never read from the service (json "-"):
+	// pipeline/privacy sets it (and clears ContactID) when
+	// privacy.fields.contact_id is hash.
+	ContactIDHash  string         `json:"-"`
 	DistributionID *int64         `json:"distribution_id,omitempty"`
 	SurveyName     string         `json:"survey_name"`
 	IPAddress      string         `json:"ip_address"`

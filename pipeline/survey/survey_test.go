@@ -83,3 +83,12 @@ func TestResponseDecodesServiceQuirks(t *testing.T) {
 		t.Fatalf("decoded %+v", r)
 	}
 }
+
+func TestBadGUIDIsNotQuoted(t *testing.T) {
+	for _, s := range []string{"alice@example.com", "11111111-2222-3333-4444-55555555555x", "11111111x2222-3333-4444-555555555555"} {
+		_, err := ParseGUID(s)
+		if err == nil || strings.Contains(err.Error(), s) || strings.Contains(err.Error(), "alice") {
+			t.Errorf("ParseGUID(%q) = %v: want an error that does not quote the value", s, err)
+		}
+	}
+}

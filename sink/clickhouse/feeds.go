@@ -28,7 +28,7 @@ func (l *FeedLedger) RecordContacts(ctx context.Context, entries []record.Contac
 	s := l.s
 	table := s.table("pushed_contacts")
 	batch, err := s.Conn().PrepareBatch(s.insertCtx(ctx), "INSERT INTO "+table+
-		" (feed, key, distribution_id, state, contact_id, survey_url, error, batch_id, file, line, updated_at, _version)")
+		" (feed, key, distribution_id, state, contact_id, contact_id_hash, survey_url, error, batch_id, file, line, updated_at, _version)")
 	if err != nil {
 		return fmt.Errorf("clickhouse: record feed rows into %s: %w", table, err)
 	}
@@ -42,7 +42,7 @@ func (l *FeedLedger) RecordContacts(ctx context.Context, entries []record.Contac
 		if v == 0 {
 			v = s.nextVersion()
 		}
-		if err := batch.Append(e.Feed, e.Key, e.DistributionID, e.State, e.ContactID, e.SurveyURL, e.Error,
+		if err := batch.Append(e.Feed, e.Key, e.DistributionID, e.State, e.ContactID, e.ContactIDHash, e.SurveyURL, e.Error,
 			e.BatchID, e.File, e.Line, at.UTC(), v); err != nil {
 			return fmt.Errorf("clickhouse: record feed rows into %s: key %s: %w", table, e.Key, err)
 		}
@@ -57,7 +57,7 @@ func (l *FeedLedger) RecordContacts(ctx context.Context, entries []record.Contac
 func (l *FeedLedger) LoadContacts(ctx context.Context, feedName string, fn func(record.ContactEntry) error) error {
 	s := l.s
 	table := s.table("pushed_contacts")
-	rows, err := s.Conn().Query(ctx, "SELECT key, distribution_id, argMax(state, _version), argMax(contact_id, _version),"+
+	rows, err := s.Conn().Query(ctx, "SELECT key, distribution_id, argMax(state, _version), argMax(contact_id, _version), argMax(contact_id_hash, _version),"+
 		" argMax(survey_url, _version), argMax(error, _version), argMax(batch_id, _version), argMax(file, _version),"+
 		" argMax(line, _version), max(updated_at), max(_version)"+
 		" FROM "+table+" WHERE feed = ? GROUP BY distribution_id, key", feedName)
@@ -67,7 +67,7 @@ func (l *FeedLedger) LoadContacts(ctx context.Context, feedName string, fn func(
 	defer rows.Close()
 	for rows.Next() {
 		e := record.ContactEntry{Feed: feedName}
-		if err := rows.Scan(&e.Key, &e.DistributionID, &e.State, &e.ContactID, &e.SurveyURL, &e.Error,
+		if err := rows.Scan(&e.Key, &e.DistributionID, &e.State, &e.ContactID, &e.ContactIDHash, &e.SurveyURL, &e.Error,
 			&e.BatchID, &e.File, &e.Line, &e.UpdatedAt, &e.Version); err != nil {
 			return fmt.Errorf("clickhouse: load feed rows from %s: %w", table, err)
 		}

@@ -119,6 +119,8 @@ type testResponse struct {
 	Completed *time.Time
 	Answers   int // answers rows, one question per row
 	Params    [][2]string
+	// ContactIDHash is the contact_id_hash column (privacy: hash).
+	ContactIDHash string
 }
 
 func guid(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
@@ -181,6 +183,7 @@ func buildBatch(mem memory.Allocator, rs []testResponse) *flatten.Batch {
 		rb.Field(12).(*array.Uint8Builder).Append(deleted)
 		rb.Field(13).(*array.TimestampBuilder).Append(arrow.Timestamp(time.Unix(0, int64(r.Version)).UnixMilli()))
 		rb.Field(14).(*array.Uint64Builder).Append(r.Version)
+		rb.Field(15).(*array.StringBuilder).Append(r.ContactIDHash)
 
 		if r.Deleted {
 			continue

@@ -20,6 +20,7 @@ type ContactEntry struct {
 	DistributionID int64     `json:"distribution_id"`
 	State          string    `json:"state"`
 	ContactID      int64     `json:"contact_id,omitempty"`
+	ContactIDHash  string    `json:"contact_id_hash,omitempty"` // privacy.fields.contact_id: hash (ContactID is then 0)
 	SurveyURL      string    `json:"survey_url,omitempty"`
 	Error          string    `json:"error,omitempty"`
 	BatchID        string    `json:"batch_id"`

@@ -104,7 +104,7 @@ func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
 			t.Fatalf("%s missing", v)
 		}
 	}
-	wantCols := "response_id,survey_id,survey_name,distribution_id,contact_id,ip_address,date_created,date_completed,total_time,response_status,url_parameters.name,url_parameters.value,synced_at,_version"
+	wantCols := "response_id,survey_id,survey_name,distribution_id,contact_id,contact_id_hash,ip_address,date_created,date_completed,total_time,response_status,url_parameters.name,url_parameters.value,synced_at,_version"
 	if got := query(t, fmt.Sprintf("SELECT arrayStringConcat(groupArray(name), ',') FROM (SELECT name FROM system.columns WHERE database = '%s' AND table = 'responses_current' ORDER BY position)", db)); got != wantCols {
 		t.Errorf("responses_current columns:\n got %s\nwant %s", got, wantCols)
 	}
