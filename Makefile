@@ -4,7 +4,7 @@ BIN      ?= bin
 PKGS     ?= ./...
 BENCHTIME ?= 1x
 
-.PHONY: help build test race test-short lint demo bench clean
+.PHONY: help build test test-cluster race test-short lint demo bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -13,8 +13,19 @@ build: ## build bin/surveysync and bin/surveysim
 	$(GO) build -o $(BIN)/surveysync ./cmd/surveysync
 	$(GO) build -o $(BIN)/surveysim ./cmd/surveysim
 
-test: ## the test suite, race detector on (integration tests run when SURVEYSYNC_TEST_CLICKHOUSE_ADDR is set)
+test: ## the test suite, race detector on (integration tests run when SURVEYSYNC_TEST_CLICKHOUSE_ADDR is set), then test-cluster when a test cluster is up
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	@if [ -n "$$SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER_ADDR" ]; then $(MAKE) --no-print-directory test-cluster; \
+	else echo "test-cluster skipped: SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER_ADDR is not set (make cluster-up)"; fi
+
+# The ClickHouse integration tests of the warehouse, the file index and the
+# feed ledger once more, against the test cluster: every Sink they open is in
+# cluster mode (replicated, ON CLUSTER). No race detector: the code under
+# test is the one the first pass raced; the cluster pass is about ClickHouse.
+CLUSTER_TEST_PKGS ?= ./sink/clickhouse/ ./source/feed/
+
+test-cluster: ## the ClickHouse integration tests against the test cluster (make cluster-up, then export its variables)
+	SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER=1 $(GO) test -count=1 -timeout 20m $(CLUSTER_TEST_PKGS)
 
 race: test ## alias of test
 

@@ -82,7 +82,10 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 //	{{.Redistribute "t" "sharding key"}}
 //	                        "" on a single server; in cluster mode DROP and
 //	                        CREATE of the Distributed table db.t (it holds no
-//	                        rows of its own), to change its sharding key.
+//	                        rows of its own), to change its sharding key,
+//	                        or its columns after an ALTER of t_local
+//	                        (ClickHouse 18.16 refuses ALTER … ON CLUSTER of
+//	                        a Distributed table when shards have replicas).
 //
 // A table every query and insert should see through its public name is
 // created as {{.Local "t"}} with {{.Engine …}}, followed by

@@ -8,15 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	chsink "github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 )
@@ -25,23 +23,22 @@ import (
 // test), or skips without SURVEYSYNC_TEST_CLICKHOUSE_ADDR.
 func openCH(t testing.TB) *chsink.Sink {
 	t.Helper()
-	addr := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
-	if addr == "" {
-		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
-	}
 	var b [6]byte
 	rand.Read(b[:])
+	o, ok := chtest.Options("test_feed_" + hex.EncodeToString(b[:]))
+	if !ok {
+		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := chsink.Open(ctx, chsink.Options{Addr: []string{addr}, Database: "test_feed_" + hex.EncodeToString(b[:]),
-		Registerer: prometheus.NewRegistry()})
+	s, err := chsink.Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := s.Conn().Exec(ctx, "DROP DATABASE IF EXISTS "+s.Database()); err != nil {
+		if err := chtest.DropDatabase(ctx, s); err != nil {
 			t.Errorf("drop %s: %v", s.Database(), err)
 		}
 		s.Close()

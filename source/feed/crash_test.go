@@ -13,6 +13,7 @@ import (
 	"time"
 
 	chsink "github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
@@ -30,7 +31,8 @@ func crashChild() {
 	}
 	var l feed.Ledger
 	if db := os.Getenv("FEED_CH_DB"); db != "" {
-		s, err := chsink.Open(context.Background(), chsink.Options{Addr: []string{os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")}, Database: db})
+		o, _ := chtest.Options(db)
+		s, err := chsink.Open(context.Background(), o)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)

@@ -5,14 +5,16 @@
 -- id is kept or dropped.
 -- ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS: execDDL takes "column
 -- already exists" as done, so a re-run after a crash is harmless. In
--- cluster mode the local tables and the Distributed ones both get it.
+-- cluster mode the local tables get it, and the Distributed tables are
+-- re-created over them (they hold no rows; ClickHouse 18.16 refuses an
+-- ALTER … ON CLUSTER of a Distributed table when the shards have replicas).
 ALTER TABLE {{.Local "responses"}}{{.OnCluster}} ADD COLUMN contact_id_hash String AFTER contact_id
 ;
-{{if .Cluster}}ALTER TABLE {{.DB}}.responses{{.OnCluster}} ADD COLUMN contact_id_hash String AFTER contact_id{{end}}
+{{.Redistribute "responses" "cityHash64(toString(response_id))"}}
 ;
 ALTER TABLE {{.Local "pushed_contacts"}}{{.OnCluster}} ADD COLUMN contact_id_hash String AFTER contact_id
 ;
-{{if .Cluster}}ALTER TABLE {{.DB}}.pushed_contacts{{.OnCluster}} ADD COLUMN contact_id_hash String AFTER contact_id{{end}}
+{{.Redistribute "pushed_contacts" "cityHash64(feed, key)"}}
 ;
 -- responses_current lists its columns: it is created again with the new
 -- one (a view holds no data).
