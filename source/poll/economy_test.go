@@ -523,7 +523,7 @@ func TestDistrustBacksOffAndResets(t *testing.T) {
 		t.Fatalf("activate moved a distrusted stream to %v", s.next)
 	}
 	// An expensive pass (the page cap: 90 calls) waits for its calls to fit
-	// 100 a day: 90 × 14.4 min, less the 2 h burst.
+	// 90 a day: 90 × 16 min, less the 1 h burst.
 	s.t0, s.t1, s.pass = at, at, passOf(90, anPageCap)
 	p.reschedule(s, 1, "completed", false, at)
 	p.distrusted(1, "completed", s)

@@ -97,7 +97,7 @@ type Options struct {
 	// cap, a total that keeps changing) spends: besides backing off
 	// exponentially up to SafetyNetInterval, such a stream's next pass
 	// waits until its list calls since it stopped being believed fit this
-	// many a day. 100 (a survey's four streams: at most ~400 list calls a
+	// many a day. 90 (a survey's four streams: at most ~380 list calls a
 	// day, whatever the service answers).
 	DistrustCallsPerDay int
 	// Ended surveys (and surveys after EndSurvey's final sync) are polled
@@ -189,7 +189,7 @@ func (o *Options) defaults() {
 	}
 	o.SafetyNetInterval = max(o.SafetyNetInterval, o.PollInterval)
 	if o.DistrustCallsPerDay <= 0 {
-		o.DistrustCallsPerDay = 100
+		o.DistrustCallsPerDay = 90
 	}
 	if o.EndedInterval <= 0 {
 		o.EndedInterval = 6 * time.Hour
@@ -873,8 +873,8 @@ const NotBelieved = "list answers not believed"
 // DistrustCallsPerDay (a generic cell rate: each pass pushes notUntil on by
 // its calls' share of a day; the next pass waits until notUntil less this).
 // Over any day a distrusted stream spends at most DistrustCallsPerDay ×
-// (1 + 2 h / 24 h) calls plus one pass.
-const distrustBurst = 2 * time.Hour
+// (1 + 1 h / 24 h) calls plus one pass.
+const distrustBurst = time.Hour
 
 // errNotBelieved marks a reconcile failure caused by a list answer that is
 // not believed.

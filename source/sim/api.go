@@ -335,7 +335,7 @@ func (c *call) hostileList(all, page []int32, total, pageNo, perPage int) ([]int
 		for k := 1; k < perPage; k++ {
 			full[k] = all[0]
 		}
-		page = full
+		page, total = full, (pageNo+1)*perPage
 	}
 	if l&listImplausible != 0 {
 		total = hostileTotal

@@ -49,7 +49,8 @@ const (
 	// to per_page by repeating its ids, claiming a total of 10^9;
 	// unstable_total claims a different total at every call (the true one
 	// plus the number of such answers so far); endless_pages never ends a list: page p is full, starts
-	// with the p-th id of the list (cycling) and repeats the first one.
+	// with the p-th id of the list (cycling), repeats the first one, and
+	// claims a total of one page more.
 	FaultImplausibleTotal = "implausible_total"
 	FaultRepeatPage       = "repeat_page"
 	FaultUnstableTotal    = "unstable_total"
