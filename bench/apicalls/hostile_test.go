@@ -26,7 +26,7 @@ import (
 type lineCounter struct {
 	verbose bool
 	mu      sync.Mutex
-	n  map[string]map[int64]int
+	n       map[string]map[int64]int
 }
 
 func (l *lineCounter) Enabled(context.Context, slog.Level) bool { return true }
