@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -118,6 +119,7 @@ type Pipeline struct {
 	m       *metrics
 
 	cache     *contentCache
+	fetchLog  *logonce.Limiter
 	in        chan Ref
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -129,13 +131,14 @@ type Pipeline struct {
 func New(o Options, f Fetcher, s Sink) *Pipeline {
 	o.defaults()
 	return &Pipeline{
-		o:       o,
-		fetcher: f,
-		sink:    s,
-		m:       newMetrics(o.Registerer),
-		in:      make(chan Ref, o.FetchConcurrency),
-		cache:   newContentCache(200_000),
-		closed:  make(chan struct{}),
+		o:        o,
+		fetcher:  f,
+		sink:     s,
+		m:        newMetrics(o.Registerer),
+		in:       make(chan Ref, o.FetchConcurrency),
+		cache:    newContentCache(200_000),
+		fetchLog: logonce.New(o.Logger, time.Second, 5*time.Minute, nil),
+		closed:   make(chan struct{}),
 	}
 }
 
@@ -294,8 +297,10 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 				p.reject(ctx, []rejection{{ref: r, stage: StageFetch, err: err}})
 				continue
 			}
-			p.o.Logger.Warn("fetch response failed; it will be read again",
-				"survey_id", r.SurveyID, "response_id", r.ResponseID, "source", r.Source, "err", err)
+			// One line per cause and back-off step, not one per queued
+			// response (a revoked token fails every one of them at once).
+			p.fetchLog.Warn("fetch response failed; it will be read again", err,
+				"survey_id", r.SurveyID, "response_id", r.ResponseID, "source", r.Source)
 			r.Done(err)
 			continue
 		}
