@@ -44,6 +44,11 @@ type Ref struct {
 	// it: a 404 for a response never synced is no deletion to record (the
 	// poller's reconcile finds real deletions).
 	OnNotFound func(ctx context.Context) (deleteIt bool, err error)
+	// OnReject, when set, hears that the ref was rejected (its Reject is
+	// durable, now or at an earlier read of the same content) just before
+	// Done(nil): the poller remembers it, so reconcile does not read an
+	// unchanged rejected response again (issue 19).
+	OnReject func()
 
 	hash uint64 // content hash of the fetched detail, 0 when not computed
 }
@@ -290,6 +295,9 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 					r.hash = rejectHash(StageFetch, permanent.Reason(err))
 					if p.cache.same(r.ResponseID, r.hash) {
 						p.m.unchanged.Inc()
+						if r.OnReject != nil {
+							r.OnReject()
+						}
 						r.Done(nil)
 						continue
 					}
@@ -680,6 +688,9 @@ func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
 		p.m.rejected.WithLabelValues(recs[i].Stage, recs[i].Reason).Inc()
 		if r.ref.hash != 0 {
 			p.cache.put(r.ref.ResponseID, r.ref.hash)
+		}
+		if r.ref.OnReject != nil {
+			r.ref.OnReject()
 		}
 		r.ref.Done(nil)
 	}

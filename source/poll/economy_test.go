@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
@@ -542,5 +543,65 @@ func TestDistrustBacksOffAndResets(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(p.m.distrustCalls); got != 9+90 {
 		t.Fatalf("distrusted list calls %v, want %d", got, 9+90)
+	}
+}
+
+// rejectingSub rejects every ref (its reject record is durable): OnReject,
+// then Done(nil), as the pipeline does.
+type rejectingSub struct{ fakeSub }
+
+func (s *rejectingSub) Submit(ctx context.Context, r pipeline.Ref) error {
+	s.mu.Lock()
+	if s.got == nil {
+		s.got = map[survey.GUID]int{}
+	}
+	s.got[r.ResponseID]++
+	s.mu.Unlock()
+	go func() {
+		if r.OnReject != nil {
+			r.OnReject()
+		}
+		r.Done(nil)
+	}()
+	return nil
+}
+
+// A rejected response is not in the warehouse: reconcile used to read it
+// again at every pass (and add a rejects row each time). Unchanged — listed
+// at the status it was rejected at — it is not read again; listed at
+// another status it is.
+func TestReconcileDoesNotRereadUnchangedRejects(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(3, now.Add(-10*time.Hour), survey.StatusPartial)
+	api := &fakeAPI{resps: resps}
+	sub := &rejectingSub{}
+	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, inv{})
+	for range 3 {
+		if err := p.reconcile(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range resps {
+		if sub.got[r.id] != 1 {
+			t.Fatalf("rejected response %s read %d times by 3 reconciles, want once", r.id, sub.got[r.id])
+		}
+	}
+	if got := testutil.ToFloat64(p.m.reconciled.WithLabelValues("rejected_unchanged")); got != 6 {
+		t.Fatalf("rejected_unchanged %v, want 6", got)
+	}
+	// One completes: listed at another status, it is tried again.
+	api.mu.Lock()
+	api.resps[0].status = "completed"
+	api.resps[0].completed = now.Add(-time.Hour)
+	api.mu.Unlock()
+	if err := p.reconcile(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if sub.got[resps[0].id] != 2 || sub.got[resps[1].id] != 1 {
+		t.Fatalf("after a change: read %d and %d times, want 2 and 1", sub.got[resps[0].id], sub.got[resps[1].id])
+	}
+	// A poll cycle does not read them either.
+	if found, err := p.cycle(context.Background(), 1, "partial"); err != nil || found != 0 {
+		t.Fatalf("cycle found %d (%v)", found, err)
 	}
 }

@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		}, []string{"stream"}),
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_poll_reconciled_total",
-			Help: "Responses re-read by the reconcile pass, by reason (vanished from lists, missing from warehouse).",
+			Help: "Responses re-read by the reconcile pass, by reason (vanished from lists, missing from warehouse, status_changed); rejected_unchanged: not read again, rejected when listed at the same status.",
 		}, []string{"reason"}),
 		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "surveysync_poll_watermark_timestamp_seconds",
@@ -113,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		m.listed.WithLabelValues(st)
 		m.reread.WithLabelValues(st)
 	}
-	for _, r := range []string{"vanished", "missing", "status_changed"} {
+	for _, r := range []string{"vanished", "missing", "status_changed", "rejected_unchanged"} {
 		m.reconciled.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -1247,7 +1247,7 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 func (p *Poller) consider(ctx context.Context, c *pass, w *window, id survey.GUID) error {
 	h := p.held.get(c.survey, id)
 	same := sameStatus(c.stream, h)
-	if same && !(c.rescan && h == hsPartial) {
+	if same && !(c.rescan && h&^hsRejected == hsPartial) {
 		p.m.skipped.WithLabelValues(c.stream).Inc()
 		c.done.Add(1)
 		return nil
@@ -1272,12 +1272,18 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 	tr.mu.Lock()
 	w.pending++
 	tr.mu.Unlock()
+	rejected := false
 	err := p.sub.Submit(ctx, pipeline.Ref{
 		SurveyID: surveyID, ResponseID: id, Source: source, SkipUnchanged: tr.skipUnchanged,
+		OnReject: func() { rejected = true },
 		Done: func(err error) {
 			if err == nil {
 				count()
-				if status != "" {
+				switch {
+				case status == "":
+				case rejected:
+					p.held.putRejected(surveyID, id, status)
+				default:
 					p.held.put(surveyID, id, status)
 				}
 			}
@@ -1339,6 +1345,10 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 				listed[it.ResponseID] = struct{}{}
 				status, ok := have[it.ResponseID]
 				switch {
+				case !ok && p.rejectedAt(surveyID, it.ResponseID, stream):
+					// Rejected when listed so: reading it again would
+					// reject it again (a changed one is listed otherwise).
+					p.m.reconciled.WithLabelValues("rejected_unchanged").Inc()
 				case !ok:
 					missing = append(missing, it.ResponseID)
 					missingSt = append(missingSt, stream)
@@ -1401,6 +1411,13 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 			"vanished", len(vanished), "missing", len(missing), "status_changed", len(changed))
 	}
 	return nil
+}
+
+// rejectedAt reports whether a response was rejected when a list of stream
+// showed it (and is listed so still).
+func (p *Poller) rejectedAt(surveyID int64, id survey.GUID, stream string) bool {
+	h := p.held.get(surveyID, id)
+	return h&hsRejected != 0 && sameStatus(stream, h)
 }
 
 // logProgress logs, every ProgressInterval while cycles have been running
