@@ -194,6 +194,7 @@ type fetched struct {
 	ref       Ref
 	resp      *survey.Response
 	unchanged bool // identical to what was last written: acknowledged without a write
+	rejected  bool // unchanged, and what was last read of it was rejected
 	notFound  bool // 404 and OnNotFound said not to write a deletion
 }
 
@@ -279,6 +280,9 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 		f, err := p.fetch(ctx, r)
 		if err == nil && f.unchanged {
 			p.m.unchanged.Inc()
+			if f.rejected && r.OnReject != nil {
+				r.OnReject()
+			}
 			r.Done(nil)
 			continue
 		}
@@ -293,7 +297,7 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 					// A re-read that fails the same way as the last time is
 					// not recorded again.
 					r.hash = rejectHash(StageFetch, permanent.Reason(err))
-					if p.cache.same(r.ResponseID, r.hash) {
+					if same, _ := p.cache.same(r.ResponseID, r.hash); same {
 						p.m.unchanged.Inc()
 						if r.OnReject != nil {
 							r.OnReject()
@@ -358,8 +362,8 @@ func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 	it.Deleted = resp.ResponseStatus == survey.StatusDeleted
 	if r.SkipUnchanged {
 		r.hash = contentHash(resp)
-		if p.cache.same(r.ResponseID, r.hash) {
-			return fetched{ref: r, unchanged: true}, nil
+		if same, rejected := p.cache.same(r.ResponseID, r.hash); same {
+			return fetched{ref: r, unchanged: true, rejected: rejected}, nil
 		}
 	}
 	return fetched{item: it, ref: r, resp: resp}, nil
@@ -492,7 +496,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 			}
 			p.m.writtenItems(bt.meta[i : i+1])
 			if r.hash != 0 {
-				p.cache.put(r.ResponseID, r.hash)
+				p.cache.put(r.ResponseID, r.hash, false)
 			}
 			p.m.written.WithLabelValues(r.Source).Inc()
 			r.Done(nil)
@@ -687,7 +691,7 @@ func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
 	for i, r := range rs {
 		p.m.rejected.WithLabelValues(recs[i].Stage, recs[i].Reason).Inc()
 		if r.ref.hash != 0 {
-			p.cache.put(r.ref.ResponseID, r.ref.hash)
+			p.cache.put(r.ref.ResponseID, r.ref.hash, true)
 		}
 		if r.ref.OnReject != nil {
 			r.ref.OnReject()
