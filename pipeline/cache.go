@@ -22,18 +22,29 @@ func newContentCache(max int) *contentCache {
 	return &contentCache{max: max, m: make(map[survey.GUID]uint64)}
 }
 
-func (c *contentCache) same(id survey.GUID, h uint64) bool {
+// rejectedBit marks, in a stored hash, content that was rejected rather
+// than written (hashes are compared without it).
+const rejectedBit = 2
+
+// same reports whether h is the hash last stored for id, and whether that
+// content was rejected.
+func (c *contentCache) same(id survey.GUID, h uint64) (same, rejected bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, ok := c.m[id]
-	return ok && old == h
+	return ok && old|rejectedBit == h|rejectedBit, ok && old&rejectedBit != 0
 }
 
-func (c *contentCache) put(id survey.GUID, h uint64) {
+// put stores the hash of what was written for id, or rejected.
+func (c *contentCache) put(id survey.GUID, h uint64, rejected bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
 		clear(c.m)
+	}
+	h &^= rejectedBit
+	if rejected {
+		h |= rejectedBit
 	}
 	c.m[id] = h
 }

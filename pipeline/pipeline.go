@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -43,6 +44,11 @@ type Ref struct {
 	// it: a 404 for a response never synced is no deletion to record (the
 	// poller's reconcile finds real deletions).
 	OnNotFound func(ctx context.Context) (deleteIt bool, err error)
+	// OnReject, when set, hears that the ref was rejected (its Reject is
+	// durable, now or at an earlier read of the same content) just before
+	// Done(nil): the poller remembers it, so reconcile does not read an
+	// unchanged rejected response again (issue 19).
+	OnReject func()
 
 	hash uint64 // content hash of the fetched detail, 0 when not computed
 }
@@ -118,6 +124,7 @@ type Pipeline struct {
 	m       *metrics
 
 	cache     *contentCache
+	fetchLog  *logonce.Limiter
 	in        chan Ref
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -129,13 +136,14 @@ type Pipeline struct {
 func New(o Options, f Fetcher, s Sink) *Pipeline {
 	o.defaults()
 	return &Pipeline{
-		o:       o,
-		fetcher: f,
-		sink:    s,
-		m:       newMetrics(o.Registerer),
-		in:      make(chan Ref, o.FetchConcurrency),
-		cache:   newContentCache(200_000),
-		closed:  make(chan struct{}),
+		o:        o,
+		fetcher:  f,
+		sink:     s,
+		m:        newMetrics(o.Registerer),
+		in:       make(chan Ref, o.FetchConcurrency),
+		cache:    newContentCache(200_000),
+		fetchLog: logonce.New(o.Logger, time.Second, 5*time.Minute, nil),
+		closed:   make(chan struct{}),
 	}
 }
 
@@ -186,6 +194,7 @@ type fetched struct {
 	ref       Ref
 	resp      *survey.Response
 	unchanged bool // identical to what was last written: acknowledged without a write
+	rejected  bool // unchanged, and what was last read of it was rejected
 	notFound  bool // 404 and OnNotFound said not to write a deletion
 }
 
@@ -271,6 +280,9 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 		f, err := p.fetch(ctx, r)
 		if err == nil && f.unchanged {
 			p.m.unchanged.Inc()
+			if f.rejected && r.OnReject != nil {
+				r.OnReject()
+			}
 			r.Done(nil)
 			continue
 		}
@@ -285,8 +297,11 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 					// A re-read that fails the same way as the last time is
 					// not recorded again.
 					r.hash = rejectHash(StageFetch, permanent.Reason(err))
-					if p.cache.same(r.ResponseID, r.hash) {
+					if same, _ := p.cache.same(r.ResponseID, r.hash); same {
 						p.m.unchanged.Inc()
+						if r.OnReject != nil {
+							r.OnReject()
+						}
 						r.Done(nil)
 						continue
 					}
@@ -294,8 +309,10 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 				p.reject(ctx, []rejection{{ref: r, stage: StageFetch, err: err}})
 				continue
 			}
-			p.o.Logger.Warn("fetch response failed; it will be read again",
-				"survey_id", r.SurveyID, "response_id", r.ResponseID, "source", r.Source, "err", err)
+			// One line per cause and back-off step, not one per queued
+			// response (a revoked token fails every one of them at once).
+			p.fetchLog.Warn("fetch response failed; it will be read again", err,
+				"survey_id", r.SurveyID, "response_id", r.ResponseID, "source", r.Source)
 			r.Done(err)
 			continue
 		}
@@ -345,8 +362,8 @@ func (p *Pipeline) fetch(ctx context.Context, r Ref) (fetched, error) {
 	it.Deleted = resp.ResponseStatus == survey.StatusDeleted
 	if r.SkipUnchanged {
 		r.hash = contentHash(resp)
-		if p.cache.same(r.ResponseID, r.hash) {
-			return fetched{ref: r, unchanged: true}, nil
+		if same, rejected := p.cache.same(r.ResponseID, r.hash); same {
+			return fetched{ref: r, unchanged: true, rejected: rejected}, nil
 		}
 	}
 	return fetched{item: it, ref: r, resp: resp}, nil
@@ -479,7 +496,7 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 			}
 			p.m.writtenItems(bt.meta[i : i+1])
 			if r.hash != 0 {
-				p.cache.put(r.ResponseID, r.hash)
+				p.cache.put(r.ResponseID, r.hash, false)
 			}
 			p.m.written.WithLabelValues(r.Source).Inc()
 			r.Done(nil)
@@ -674,7 +691,10 @@ func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
 	for i, r := range rs {
 		p.m.rejected.WithLabelValues(recs[i].Stage, recs[i].Reason).Inc()
 		if r.ref.hash != 0 {
-			p.cache.put(r.ref.ResponseID, r.ref.hash)
+			p.cache.put(r.ref.ResponseID, r.ref.hash, true)
+		}
+		if r.ref.OnReject != nil {
+			r.ref.OnReject()
 		}
 		r.ref.Done(nil)
 	}

@@ -324,11 +324,16 @@ func TestRereadOfRejectedResponseIsNotRecordedTwice(t *testing.T) {
 	for range 3 {
 		for _, i := range []int{1, 2} {
 			acked := make(chan error, 1)
-			if err := p.Submit(context.Background(), Ref{SurveyID: 1, ResponseID: id(i), Source: "poll", SkipUnchanged: true, Done: func(err error) { acked <- err }}); err != nil {
+			rejected := false
+			if err := p.Submit(context.Background(), Ref{SurveyID: 1, ResponseID: id(i), Source: "poll", SkipUnchanged: true,
+				OnReject: func() { rejected = true }, Done: func(err error) { acked <- err }}); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-acked; err != nil {
 				t.Fatal(err)
+			}
+			if !rejected {
+				t.Fatalf("response %d: OnReject not called before Done (a reject, or a re-read of one)", i)
 			}
 		}
 	}

@@ -138,7 +138,7 @@ func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
 	}
 	addr := net.JoinHostPort(host, port)
 	m, err := scrape(ctx, "http://"+addr+"/metrics", "surveysync_api_calls_projected_monthly",
-		"surveysync_api_calls_month", "surveysync_poll_interval_stretch")
+		"surveysync_api_calls_month", "surveysync_poll_interval_stretch", "surveysync_api_calls_projected_monthly_distrusted")
 	if err != nil {
 		fmt.Fprintf(w, "API budget: %s calls/month; projection unknown (no daemon answering on %s)\n", budget, addr)
 		return
@@ -154,7 +154,15 @@ func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
 	default:
 		fmt.Fprintf(w, "; projected %.0f/month at the current pace; budget unlimited\n", proj)
 	}
+	if d, ok := m["surveysync_api_calls_projected_monthly_distrusted"]; ok && d > 0 && proj > 0 {
+		fmt.Fprintf(w, "  of which %.0f/month (%.1f%%) on list answers not believed (streams marked %q above, backing off)\n",
+			d, 100*d/proj, distrustMark)
+	}
 }
+
+// distrustMark flags, in the LAG column, a stream whose list answers are
+// not believed (poll.NotBelieved): it backs off until they are.
+const distrustMark = "NOT BELIEVED"
 
 // scrape reads the named unlabelled samples of a Prometheus text page.
 func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
@@ -198,6 +206,7 @@ func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 	fmt.Fprintln(tw, "SURVEY\tSTREAM\tWATERMARK\tLAG\tLAST RUN\tSYNCED\tPROGRESS\tLAST ERROR")
 	var listed, done int64
 	var start, updated time.Time
+	distrusted := 0
 	for _, s := range states {
 		wm := "-"
 		if set(s.Watermark) {
@@ -221,12 +230,21 @@ func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 				updated = s.UpdatedAt
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.SurveyID, s.Stream, wm, lagText(s, o), last, s.Synced+s.CycleDone, progressText(s), errText)
+		lag := lagText(s, o)
+		if strings.HasPrefix(s.LastError, poll.NotBelieved) {
+			lag = distrustMark + ", " + lag
+			distrusted++
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.SurveyID, s.Stream, wm, lag, last, s.Synced+s.CycleDone, progressText(s), errText)
 	}
 	if len(states) == 0 {
 		fmt.Fprintln(tw, "(no stream has run yet)")
 	}
 	tw.Flush()
+	if distrusted > 0 {
+		fmt.Fprintf(w, "\n%d stream(s) %s: the service's list answers (totals, pages) do not add up, so they are polled\n"+
+			"less and less often (up to every 30 min, at most 90 list calls a day each) until a pass is believed again.\n", distrusted, distrustMark)
+	}
 	if listed > 0 {
 		pct := done * 100 / listed
 		line := fmt.Sprintf("\nin progress: %d of %d listed responses done (%d%%)", done, listed, pct)

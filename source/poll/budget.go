@@ -26,6 +26,7 @@ const Month = 30 * 24 * time.Hour
 type budget struct {
 	monthly float64
 	count   func() int64
+	share   func() int64 // calls spent on list answers not believed (a part of count)
 	now     func() time.Time
 	window  time.Duration
 	log     *slog.Logger
@@ -40,8 +41,9 @@ type budget struct {
 }
 
 type sample struct {
-	t time.Time
-	n int64
+	t     time.Time
+	n     int64
+	share int64
 }
 
 const (
@@ -50,8 +52,8 @@ const (
 	maxStretch   = 64
 )
 
-func newBudget(monthly int64, count func() int64, now func() time.Time, window time.Duration, log *slog.Logger, m *metrics) *budget {
-	b := &budget{monthly: float64(monthly), count: count, now: now, window: window, log: log, m: m, stretch: 1, projected: -1}
+func newBudget(monthly int64, count, share func() int64, now func() time.Time, window time.Duration, log *slog.Logger, m *metrics) *budget {
+	b := &budget{monthly: float64(monthly), count: count, share: share, now: now, window: window, log: log, m: m, stretch: 1, projected: -1}
 	m.budget.Set(float64(monthly))
 	m.stretch.Set(1)
 	return b
@@ -89,10 +91,10 @@ func (b *budget) run(ctx context.Context, tick time.Duration, after func(time.Du
 }
 
 func (b *budget) tick() {
-	now, n := b.now(), b.count()
+	now, n, sh := b.now(), b.count(), b.share()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.samples = append(b.samples, sample{now, n})
+	b.samples = append(b.samples, sample{now, n, sh})
 	// Keep one sample at or before the window's start.
 	for len(b.samples) > 2 && now.Sub(b.samples[1].t) >= b.window {
 		b.samples = b.samples[1:]
@@ -105,6 +107,7 @@ func (b *budget) tick() {
 	rate := float64(n-first.n) / span.Seconds()
 	b.projected = rate * Month.Seconds()
 	b.m.projected.Set(b.projected)
+	b.m.projectedDistrust.Set(float64(sh-first.share) / span.Seconds() * Month.Seconds())
 	if b.monthly <= 0 {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
@@ -475,5 +476,132 @@ func TestAddSurveyStormAddsEverySurvey(t *testing.T) {
 	}
 	if n != 500 {
 		t.Fatalf("%d of 500 added surveys are polled", n)
+	}
+}
+
+// A stream whose list answers are not believed backs off exponentially up
+// to the safety-net interval, whatever the survey's activity, spends at
+// most DistrustCallsPerDay list calls a day, and comes back with the
+// first believed pass.
+func TestDistrustBacksOffAndResets(t *testing.T) {
+	var logs strings.Builder
+	p := New(Options{PollInterval: 30 * time.Second, SettleLag: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil, nil, nil, nil)
+	t0 := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	s := &sched{}
+	at := t0
+	passOf := func(calls int64, kind int) *pass {
+		c := &pass{}
+		c.calls.Store(calls)
+		if kind >= 0 {
+			p.anomaly(c, kind)
+		}
+		return c
+	}
+	var got []time.Duration
+	for range 9 {
+		s.t0, s.t1, s.pass = at, at, passOf(1, anPageAddsNothing)
+		p.reschedule(s, 1, "completed", false, at) // active: found something just now
+		p.distrusted(1, "completed", s)
+		got = append(got, s.next.Sub(at))
+		at = s.next
+	}
+	want := []time.Duration{50 * time.Second, 100 * time.Second, 200 * time.Second, 400 * time.Second, 800 * time.Second,
+		1600 * time.Second, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("back-off %v, want %v", got, want)
+	}
+	if n := strings.Count(logs.String(), NotBelieved); n != 9 {
+		t.Fatalf("%d warnings for 9 passes, want one per back-off step:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "passes_in_a_row=9") || !strings.Contains(logs.String(), "anomalies=page_adds_nothing×1") {
+		t.Fatalf("the warning does not count:\n%s", logs.String())
+	}
+	// Another stream's find does not bring a distrusted stream back.
+	next := s.next
+	p.activate(s, "completed", false, at)
+	if !s.next.Equal(next) {
+		t.Fatalf("activate moved a distrusted stream to %v", s.next)
+	}
+	// An expensive pass (the page cap: 90 calls) waits for its calls to fit
+	// 90 a day: 90 × 16 min, less the 1 h burst.
+	s.t0, s.t1, s.pass = at, at, passOf(90, anPageCap)
+	p.reschedule(s, 1, "completed", false, at)
+	p.distrusted(1, "completed", s)
+	if d := s.next.Sub(at); d < 19*time.Hour {
+		t.Fatalf("a 90-call distrusted pass is followed after %v", d)
+	}
+	// A believed pass resets.
+	at = s.next
+	s.t0, s.t1, s.pass = at, at, passOf(1, -1)
+	p.reschedule(s, 1, "completed", false, at)
+	if s.distrust != 0 || s.next.Sub(at) != 25*time.Second {
+		t.Fatalf("after a believed pass: distrust %d, next in %v", s.distrust, s.next.Sub(at))
+	}
+	if !strings.Contains(logs.String(), "believed again") {
+		t.Fatal("no line when the stream is believed again")
+	}
+	if got := testutil.ToFloat64(p.m.distrustCalls); got != 9+90 {
+		t.Fatalf("distrusted list calls %v, want %d", got, 9+90)
+	}
+}
+
+// rejectingSub rejects every ref (its reject record is durable): OnReject,
+// then Done(nil), as the pipeline does.
+type rejectingSub struct{ fakeSub }
+
+func (s *rejectingSub) Submit(ctx context.Context, r pipeline.Ref) error {
+	s.mu.Lock()
+	if s.got == nil {
+		s.got = map[survey.GUID]int{}
+	}
+	s.got[r.ResponseID]++
+	s.mu.Unlock()
+	go func() {
+		if r.OnReject != nil {
+			r.OnReject()
+		}
+		r.Done(nil)
+	}()
+	return nil
+}
+
+// A rejected response is not in the warehouse: reconcile used to read it
+// again at every pass (and add a rejects row each time). Unchanged — listed
+// at the status it was rejected at — it is not read again; listed at
+// another status it is.
+func TestReconcileDoesNotRereadUnchangedRejects(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(3, now.Add(-10*time.Hour), survey.StatusPartial)
+	api := &fakeAPI{resps: resps}
+	sub := &rejectingSub{}
+	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, inv{})
+	for range 3 {
+		if err := p.reconcile(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range resps {
+		if sub.got[r.id] != 1 {
+			t.Fatalf("rejected response %s read %d times by 3 reconciles, want once", r.id, sub.got[r.id])
+		}
+	}
+	if got := testutil.ToFloat64(p.m.reconciled.WithLabelValues("rejected_unchanged")); got != 6 {
+		t.Fatalf("rejected_unchanged %v, want 6", got)
+	}
+	// One completes: listed at another status, it is tried again.
+	api.mu.Lock()
+	api.resps[0].status = "completed"
+	api.resps[0].completed = now.Add(-time.Hour)
+	api.mu.Unlock()
+	if err := p.reconcile(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if sub.got[resps[0].id] != 2 || sub.got[resps[1].id] != 1 {
+		t.Fatalf("after a change: read %d and %d times, want 2 and 1", sub.got[resps[0].id], sub.got[resps[1].id])
+	}
+	// A poll cycle does not read them either.
+	if found, err := p.cycle(context.Background(), 1, "partial"); err != nil || found != 0 {
+		t.Fatalf("cycle found %d (%v)", found, err)
 	}
 }

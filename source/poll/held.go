@@ -57,6 +57,11 @@ const (
 	hsDeleted
 )
 
+// hsRejected flags a response the pipeline rejected when it was listed at
+// the status beside it: it is not in the warehouse, and reconcile must not
+// read it again while it is listed so (issue 19).
+const hsRejected uint8 = 0x80
+
 func statusCode(s string) uint8 {
 	switch s {
 	case survey.StatusPartial:
@@ -78,6 +83,7 @@ func statusCode(s string) uint8 {
 // quotafull but its detail says disqualified: that is the same response,
 // not a change.
 func sameStatus(stream string, h uint8) bool {
+	h &^= hsRejected
 	switch stream {
 	case survey.StatusQuotaFull:
 		return h == hsQuotaFull || h == hsDisqualified
@@ -156,6 +162,19 @@ func (h *held) put(surveyID int64, id survey.GUID, status string) {
 	defer h.mu.Unlock()
 	delete(h.old, k)
 	h.putLocked(k, st)
+}
+
+// putRejected records that a response listed at status was rejected.
+func (h *held) putRejected(surveyID int64, id survey.GUID, status string) {
+	st := statusCode(status)
+	if h.disabled || st == 0 {
+		return
+	}
+	k := keyOf(surveyID, id)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.old, k)
+	h.putLocked(k, st|hsRejected)
 }
 
 func (h *held) putLocked(k heldKey, st uint8) {

@@ -3,20 +3,23 @@ package poll
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	cycles       *prometheus.CounterVec
-	cycleSeconds *prometheus.HistogramVec
-	pages        *prometheus.CounterVec
-	listed       *prometheus.CounterVec
-	reread       *prometheus.CounterVec
-	reconciled   *prometheus.CounterVec
-	watermark    *prometheus.GaugeVec
-	reconciles   *prometheus.CounterVec
-	skipped      *prometheus.CounterVec
-	hostile      *prometheus.CounterVec
-	interval     *prometheus.GaugeVec
-	projected    prometheus.Gauge
-	budget       prometheus.Gauge
-	stretch      prometheus.Gauge
+	cycles            *prometheus.CounterVec
+	cycleSeconds      *prometheus.HistogramVec
+	pages             *prometheus.CounterVec
+	listed            *prometheus.CounterVec
+	reread            *prometheus.CounterVec
+	reconciled        *prometheus.CounterVec
+	watermark         *prometheus.GaugeVec
+	reconciles        *prometheus.CounterVec
+	skipped           *prometheus.CounterVec
+	hostile           *prometheus.CounterVec
+	distrusted        *prometheus.GaugeVec
+	distrustCalls     prometheus.Counter
+	projectedDistrust prometheus.Gauge
+	interval          *prometheus.GaugeVec
+	projected         prometheus.Gauge
+	budget            prometheus.Gauge
+	stretch           prometheus.Gauge
 }
 
 // newMetrics registers the poller's metrics. The series of every stream
@@ -47,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		}, []string{"stream"}),
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_poll_reconciled_total",
-			Help: "Responses re-read by the reconcile pass, by reason (vanished from lists, missing from warehouse).",
+			Help: "Responses re-read by the reconcile pass, by reason (vanished from lists, missing from warehouse, status_changed); rejected_unchanged: not read again, rejected when listed at the same status.",
 		}, []string{"reason"}),
 		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "surveysync_poll_watermark_timestamp_seconds",
@@ -63,8 +66,20 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		}, []string{"stream"}),
 		hostile: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_poll_list_anomalies_total",
-			Help: "List answers not believed, by kind (implausible_total, page_adds_nothing, page_cap, reconcile_too_big).",
+			Help: "List answers not believed, by kind (implausible_total, page_adds_nothing, page_cap, total_unstable, reconcile_too_big).",
 		}, []string{"kind"}),
+		distrusted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "surveysync_poll_stream_distrusted",
+			Help: "Passes in a row whose list answers a stream did not believe (0: believed); such a stream backs off.",
+		}, []string{"survey_id", "stream"}),
+		distrustCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "surveysync_poll_distrusted_list_calls_total",
+			Help: "List calls spent by poll passes (and reconcile passes) whose list answers were not believed.",
+		}),
+		projectedDistrust: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "surveysync_api_calls_projected_monthly_distrusted",
+			Help: "The part of surveysync_api_calls_projected_monthly spent on list answers not believed; -1 until measured.",
+		}),
 		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "surveysync_poll_interval_seconds",
 			Help: "The interval until a stream's next poll cycle: poll interval, idle backoff, webhook safety net or ended cadence, times the budget stretch.",
@@ -83,10 +98,11 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		}),
 	}
 	m.projected.Set(-1)
+	m.projectedDistrust.Set(-1)
 	m.reconciles.WithLabelValues("ok")
 	m.reconciles.WithLabelValues("error")
 	m.stretch.Set(1)
-	for _, k := range []string{"implausible_total", "page_adds_nothing", "page_cap", "reconcile_too_big"} {
+	for _, k := range []string{"implausible_total", "page_adds_nothing", "page_cap", "total_unstable", "reconcile_too_big"} {
 		m.hostile.WithLabelValues(k)
 	}
 	for _, st := range streams {
@@ -97,12 +113,13 @@ func newMetrics(reg prometheus.Registerer, streams []string) *metrics {
 		m.listed.WithLabelValues(st)
 		m.reread.WithLabelValues(st)
 	}
-	for _, r := range []string{"vanished", "missing", "status_changed"} {
+	for _, r := range []string{"vanished", "missing", "status_changed", "rejected_unchanged"} {
 		m.reconciled.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.cycles, m.cycleSeconds, m.pages, m.listed, m.reread, m.reconciled, m.watermark,
-			m.reconciles, m.skipped, m.hostile, m.interval, m.projected, m.budget, m.stretch)
+			m.reconciles, m.skipped, m.hostile, m.interval, m.projected, m.budget, m.stretch,
+			m.distrusted, m.distrustCalls, m.projectedDistrust)
 	}
 	return m
 }

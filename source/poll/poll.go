@@ -28,10 +28,12 @@ package poll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,14 @@ type Options struct {
 	// the poll.
 	Webhooks          bool
 	SafetyNetInterval time.Duration // 30 min
+	// DistrustCallsPerDay bounds what a stream whose list answers are not
+	// believed (implausible totals, a page adding nothing new, the page
+	// cap, a total that keeps changing) spends: besides backing off
+	// exponentially up to SafetyNetInterval, such a stream's next pass
+	// waits until its list calls since it stopped being believed fit this
+	// many a day. 90 (a survey's four streams: at most ~380 list calls a
+	// day, whatever the service answers).
+	DistrustCallsPerDay int
 	// Ended surveys (and surveys after EndSurvey's final sync) are polled
 	// every EndedInterval, for late deletions and changes.
 	Ended         []int64
@@ -178,6 +188,9 @@ func (o *Options) defaults() {
 		o.SafetyNetInterval = 30 * time.Minute
 	}
 	o.SafetyNetInterval = max(o.SafetyNetInterval, o.PollInterval)
+	if o.DistrustCallsPerDay <= 0 {
+		o.DistrustCallsPerDay = 90
+	}
 	if o.EndedInterval <= 0 {
 		o.EndedInterval = 6 * time.Hour
 	}
@@ -235,6 +248,8 @@ type Poller struct {
 
 	progMu   sync.Mutex
 	inflight map[streamKey]*pass // cycles running now, for the progress log
+
+	distrustCalls atomic.Int64 // list calls spent on answers not believed
 }
 
 type streamKey struct {
@@ -274,7 +289,7 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		p.ended[id] = true
 	}
 	if o.CallCount != nil {
-		p.budget = newBudget(o.MonthlyBudget, o.CallCount, o.Now, o.BudgetWindow, o.Logger, p.m)
+		p.budget = newBudget(o.MonthlyBudget, o.CallCount, p.distrustCalls.Load, o.Now, o.BudgetWindow, o.Logger, p.m)
 	} else {
 		p.m.budget.Set(float64(o.MonthlyBudget))
 	}
@@ -482,6 +497,13 @@ type sched struct {
 	t0, t1 time.Time
 	found  int
 	err    error
+	pass   *pass // nil: the cycle listed nothing (an empty range)
+
+	// Distrust (issue 19): consecutive passes whose list answers were not
+	// believed, and the earliest the next such pass may start for the
+	// stream's distrusted list calls to stay within DistrustCallsPerDay.
+	distrust int
+	notUntil time.Time
 }
 
 // cadence returns a stream's base interval and the longest it backs off to.
@@ -522,6 +544,13 @@ func (p *Poller) stretched(d time.Duration) time.Duration {
 // is active while any of its streams found a new or changed response in the
 // last IdleAfter (lastNew): its streams keep the base interval. Otherwise,
 // and after a failed cycle, the interval doubles up to the longest.
+//
+// A pass whose list answers were not believed (pass.believed) backs the
+// stream off further, whatever the survey's activity: its interval doubles
+// from the base with every such pass in a row, up to SafetyNetInterval (or
+// the base, when longer), and its next pass waits until the list calls of
+// its distrusted passes fit DistrustCallsPerDay (distrustBurst). The first believed pass
+// brings it back.
 func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool, lastNew time.Time) {
 	base, longest := p.cadence(stream, ended)
 	if s.err == nil && s.t0.Sub(lastNew) < p.o.IdleAfter {
@@ -530,7 +559,30 @@ func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool,
 		s.interval = min(2*max(s.interval, base/2), longest)
 	}
 	s.interval = max(s.interval, base)
+	switch {
+	case s.pass != nil && !s.pass.believed():
+		if s.distrust == 0 || s.notUntil.Before(s.t0) {
+			s.notUntil = s.t0
+		}
+		s.distrust++
+		ceiling := max(p.o.SafetyNetInterval, base)
+		back := ceiling
+		if s.distrust < 30 && base<<s.distrust < ceiling {
+			back = base << s.distrust
+		}
+		s.interval = max(s.interval, back)
+		s.notUntil = s.notUntil.Add(time.Duration(s.pass.calls.Load()) * (24 * time.Hour / time.Duration(p.o.DistrustCallsPerDay)))
+	case s.pass != nil && s.err == nil && s.distrust > 0:
+		p.o.Logger.Info("list answers believed again; the stream is back on its schedule",
+			"survey_id", surveyID, "stream", stream, "after_passes", s.distrust)
+		s.distrust = 0
+		s.notUntil = time.Time{}
+		p.m.distrusted.WithLabelValues(strconv.FormatInt(surveyID, 10), stream).Set(0)
+	}
 	s.next = s.t0.Add(p.stretched(s.interval))
+	if s.distrust > 0 && s.next.Before(s.notUntil.Add(-distrustBurst)) {
+		s.next = s.notUntil.Add(-distrustBurst)
+	}
 	if s.next.Before(s.t1) {
 		s.next = s.t1
 	}
@@ -541,7 +593,7 @@ func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool,
 // to the base interval.
 func (p *Poller) activate(s *sched, stream string, ended bool, at time.Time) {
 	base, _ := p.cadence(stream, ended)
-	if s.interval > base {
+	if s.interval > base && s.distrust == 0 {
 		s.interval = base
 		if next := at.Add(p.stretched(base)); next.Before(s.next) {
 			s.next = next
@@ -585,9 +637,13 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 			ran = append(ran, stream)
 			g.Go(func() error {
 				s.t0 = p.o.Now()
-				s.found, s.err = p.cycle(gctx, id, stream)
+				s.pass, s.err = p.run(gctx, id, stream, s.distrust)
+				s.found = 0
+				if s.pass != nil {
+					s.found = int(s.pass.found.Load())
+				}
 				s.t1 = p.o.Now()
-				if s.err != nil && gctx.Err() == nil {
+				if s.err != nil && gctx.Err() == nil && (s.pass == nil || s.pass.believed()) {
 					if p.o.Unreadable != nil && p.o.Unreadable(s.err) {
 						return nil // reported once for the survey below
 					}
@@ -612,7 +668,11 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 		}
 		schedEnded := ended && !ending
 		for _, stream := range ran {
-			p.reschedule(scheds[stream], id, stream, schedEnded, lastNew)
+			s := scheds[stream]
+			p.reschedule(s, id, stream, schedEnded, lastNew)
+			if s.pass != nil && !s.pass.believed() {
+				p.distrusted(id, stream, s)
+			}
 		}
 		if found > 0 {
 			for stream, s := range scheds {
@@ -641,8 +701,15 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 					return nil
 				}
 				p.m.reconciles.WithLabelValues("error").Inc()
-				p.o.Logger.Warn("reconcile failed; retried later", "survey_id", id, "err", err)
-				every = min(every, p.o.MaxIdleInterval)
+				if errors.Is(err, errNotBelieved) {
+					// Asking again soon would get the same answer: the next
+					// pass is at the usual interval.
+					p.o.Logger.Warn("reconcile: list answers not believed; retried at the reconcile interval",
+						"survey_id", id, "next_in", every, "err", err)
+				} else {
+					p.o.Logger.Warn("reconcile failed; retried later", "survey_id", id, "err", err)
+					every = min(every, p.o.MaxIdleInterval)
+				}
 			} else {
 				p.m.reconciles.WithLabelValues("ok").Inc()
 			}
@@ -782,12 +849,102 @@ type pass struct {
 	start  time.Time
 	listed atomic.Int64
 	done   atomic.Int64
+
+	calls     atomic.Int64           // list calls
+	anomalies [nAnomaly]atomic.Int64 // list answers not believed, by kind
+}
+
+// Kinds of list answers not believed (surveysync_poll_list_anomalies_total).
+const (
+	anImplausibleTotal = iota // a window's halves claim more than the window
+	anPageAddsNothing         // a full page holds no id new to the pass
+	anPageCap                 // pages beyond what the total allows
+	anTotalUnstable           // the total changed during every pass over a window
+	nAnomaly
+)
+
+var anomalyNames = [nAnomaly]string{"implausible_total", "page_adds_nothing", "page_cap", "total_unstable"}
+
+// NotBelieved starts a stream's LastError while its list answers are not
+// believed and it backs off (surveysync status marks such streams).
+const NotBelieved = "list answers not believed"
+
+// distrustBurst is how far a distrusted stream's spending may run ahead of
+// DistrustCallsPerDay (a generic cell rate: each pass pushes notUntil on by
+// its calls' share of a day; the next pass waits until notUntil less this).
+// Over any day a distrusted stream spends at most DistrustCallsPerDay ×
+// (1 + 1 h / 24 h) calls plus one pass.
+const distrustBurst = time.Hour
+
+// errNotBelieved marks a reconcile failure caused by a list answer that is
+// not believed.
+var errNotBelieved = errors.New(NotBelieved)
+
+// spentDistrusted counts list calls spent on answers not believed.
+func (p *Poller) spentDistrusted(calls int64) {
+	p.distrustCalls.Add(calls)
+	p.m.distrustCalls.Add(float64(calls))
+}
+
+// anomaly counts a list answer of kind that the pass does not believe.
+func (p *Poller) anomaly(c *pass, kind int) {
+	c.anomalies[kind].Add(1)
+	p.m.hostile.WithLabelValues(anomalyNames[kind]).Inc()
+}
+
+// believed reports whether every list answer of the pass was believed.
+func (c *pass) believed() bool {
+	for k := range c.anomalies {
+		if c.anomalies[k].Load() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// anomalyText lists the pass's anomalies: "implausible_total×1 page_cap×1".
+func (c *pass) anomalyText() string {
+	var b strings.Builder
+	for k := range c.anomalies {
+		if n := c.anomalies[k].Load(); n > 0 {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s×%d", anomalyNames[k], n)
+		}
+	}
+	return b.String()
+}
+
+// distrusted logs, once per back-off step, that a stream's pass was not
+// believed, and counts its list calls as the distrusted share of the
+// spend.
+func (p *Poller) distrusted(surveyID int64, stream string, s *sched) {
+	calls := s.pass.calls.Load()
+	p.spentDistrusted(calls)
+	p.m.distrusted.WithLabelValues(strconv.FormatInt(surveyID, 10), stream).Set(float64(s.distrust))
+	attrs := []any{"survey_id", surveyID, "stream", stream, "passes_in_a_row", s.distrust,
+		"anomalies", s.pass.anomalyText(), "list_calls", calls, "next_poll_in", s.next.Sub(s.t1).Round(time.Second).String()}
+	if s.err != nil {
+		attrs = append(attrs, "err", s.err)
+	}
+	p.o.Logger.Warn(NotBelieved+"; the stream backs off (logged once per back-off step)", attrs...)
 }
 
 // cycle reads one stream of one survey from its watermark to now. It
 // returns how many responses were new or changed (not held at the listed
 // status).
 func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int, error) {
+	c, err := p.run(ctx, surveyID, stream, 0)
+	if c == nil {
+		return 0, err
+	}
+	return int(c.found.Load()), err
+}
+
+// run is one cycle; distrust is the number of passes in a row before it
+// whose lists were not believed. The pass is nil when the range was empty.
+func (p *Poller) run(ctx context.Context, surveyID int64, stream string, distrust int) (*pass, error) {
 	key := streamKey{surveyID, stream}
 	p.mu.Lock()
 	st, ok := p.state[key]
@@ -801,7 +958,10 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 	rescan := false
 	if !st.Watermark.IsZero() {
 		back := p.o.Overlap
-		if stream == pipeline.StreamPartial {
+		if stream == pipeline.StreamPartial && distrust == 0 {
+			// A stream whose lists are not believed does not rescan: its
+			// lists may show the same partials whatever was asked, and a
+			// rescan re-reads each of them.
 			p.mu.Lock()
 			if now.Sub(p.rescan[key]) >= p.o.PartialRescanInterval {
 				back = p.o.PartialLookback
@@ -821,7 +981,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 		p.mu.Unlock()
 	}
 	if !to.After(from) {
-		return 0, nil
+		return nil, nil
 	}
 	start := p.o.Now()
 	// After the backfill, most of what a cycle lists was written before:
@@ -889,7 +1049,7 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 		}
 	}
 	if ctx.Err() != nil {
-		return int(c.found.Load()), ctx.Err()
+		return c, ctx.Err()
 	}
 	stopProgress()
 	<-progStopped
@@ -902,10 +1062,16 @@ func (p *Poller) cycle(ctx context.Context, surveyID int64, stream string) (int,
 		st.LastError = err.Error()
 		outcome = "error"
 	}
+	if !c.believed() {
+		st.LastError = fmt.Sprintf("%s (%s; %d passes in a row): backing off", NotBelieved, c.anomalyText(), distrust+1)
+		if err != nil {
+			st.LastError += ": " + err.Error()
+		}
+	}
 	p.m.cycles.WithLabelValues(stream, outcome).Inc()
 	p.m.cycleSeconds.WithLabelValues(stream).Observe(p.o.Now().Sub(start).Seconds())
 	p.save(ctx, key, st)
-	return int(c.found.Load()), err
+	return c, err
 }
 
 func (p *Poller) save(ctx context.Context, key streamKey, st pipeline.StreamState) {
@@ -935,6 +1101,7 @@ func (p *Poller) query(stream string, from, to time.Time, page int) survey.ListQ
 }
 
 func (p *Poller) list(ctx context.Context, c *pass, from, to time.Time, page int) (*survey.ResponseList, error) {
+	c.calls.Add(1)
 	l, err := p.lister.ListResponses(ctx, c.survey, p.query(c.stream, from, to, page))
 	if err != nil {
 		return nil, fmt.Errorf("list %s responses of survey %d from %s to %s page %d: %w",
@@ -978,8 +1145,8 @@ func (p *Poller) split(ctx context.Context, c *pass, from, to time.Time, first *
 			}
 			return p.split(ctx, c, mid, to, right)
 		}
-		p.m.hostile.WithLabelValues("implausible_total").Inc()
-		p.o.Logger.Warn("list totals are implausible (the halves of a window claim more than the window); paging the window whole, under the page cap",
+		p.anomaly(c, anImplausibleTotal)
+		p.o.Logger.Debug("list totals are implausible (the halves of a window claim more than the window); paging the window whole, under the page cap",
 			"survey_id", c.survey, "stream", c.stream, "total", first.Total, "left", left.Total, "right", right.Total)
 	}
 	return p.page(ctx, c, from, to, first)
@@ -1035,13 +1202,13 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 				break
 			}
 			if added == 0 {
-				p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
-				p.o.Logger.Warn("a list page repeated ids already read in this pass; paging stops", "survey_id", c.survey,
+				p.anomaly(c, anPageAddsNothing)
+				p.o.Logger.Debug("a list page repeated ids already read in this pass; paging stops", "survey_id", c.survey,
 					"stream", c.stream, "page", page, "total", cur.Total)
 				break
 			}
 			if page >= limit {
-				p.m.hostile.WithLabelValues("page_cap").Inc()
+				p.anomaly(c, anPageCap)
 				err := fmt.Errorf("list %s responses of survey %d from %s to %s: still more pages after %d (total claims %d): page cap reached",
 					c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), page, cur.Total)
 				p.failWindow(c.tr, w, err)
@@ -1056,6 +1223,7 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 			// landed on a page already read. The window is not
 			// acknowledged, so the watermark stays before it and the
 			// next cycle reads it again (the re-reads are idempotent).
+			p.anomaly(c, anTotalUnstable)
 			err := fmt.Errorf("list %s responses of survey %d from %s to %s: total changed during each of %d passes (last %d, then %d): window read again next cycle",
 				c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), attempt, total, cur.Total)
 			p.failWindow(c.tr, w, err)
@@ -1079,7 +1247,7 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 func (p *Poller) consider(ctx context.Context, c *pass, w *window, id survey.GUID) error {
 	h := p.held.get(c.survey, id)
 	same := sameStatus(c.stream, h)
-	if same && !(c.rescan && h == hsPartial) {
+	if same && !(c.rescan && h&^hsRejected == hsPartial) {
 		p.m.skipped.WithLabelValues(c.stream).Inc()
 		c.done.Add(1)
 		return nil
@@ -1104,12 +1272,18 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 	tr.mu.Lock()
 	w.pending++
 	tr.mu.Unlock()
+	rejected := false
 	err := p.sub.Submit(ctx, pipeline.Ref{
 		SurveyID: surveyID, ResponseID: id, Source: source, SkipUnchanged: tr.skipUnchanged,
+		OnReject: func() { rejected = true },
 		Done: func(err error) {
 			if err == nil {
 				count()
-				if status != "" {
+				switch {
+				case status == "":
+				case rejected:
+					p.held.putRejected(surveyID, id, status)
+				default:
 					p.held.put(surveyID, id, status)
 				}
 			}
@@ -1129,7 +1303,7 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 // another status than the warehouse shows (a change the windows missed, such
 // as a late completion dated before the watermark's overlap). A quota-full
 // response, listed as quotafull but detailed as disqualified, is no change.
-func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
+func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 	start := p.o.Now()
 	have, err := p.inv.CurrentResponses(ctx, surveyID)
 	if err != nil {
@@ -1139,10 +1313,17 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 	var missing, changed []survey.GUID
 	var missingSt, changedSt []string
 	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
+	var calls int64
+	defer func() {
+		if errors.Is(err, errNotBelieved) {
+			p.spentDistrusted(calls)
+		}
+	}()
 	for _, stream := range p.o.Statuses {
 		limit := absolute
 		for page := 1; ; page++ {
 			q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
+			calls++
 			l, err := p.lister.ListResponses(ctx, surveyID, q)
 			if err != nil {
 				return fmt.Errorf("reconcile survey %d: list %s page %d: %w", surveyID, stream, page, err)
@@ -1150,8 +1331,8 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 			if page == 1 {
 				if l.Total > p.o.MaxReconcileResponses {
 					p.m.hostile.WithLabelValues("reconcile_too_big").Inc()
-					return fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled",
-						surveyID, stream, l.Total, p.o.MaxReconcileResponses)
+					return fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled: %w",
+						surveyID, stream, l.Total, p.o.MaxReconcileResponses, errNotBelieved)
 				}
 				limit = p.maxPages(max(l.Total, 0), absolute)
 			}
@@ -1164,6 +1345,10 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 				listed[it.ResponseID] = struct{}{}
 				status, ok := have[it.ResponseID]
 				switch {
+				case !ok && p.rejectedAt(surveyID, it.ResponseID, stream):
+					// Rejected when listed so: reading it again would
+					// reject it again (a changed one is listed otherwise).
+					p.m.reconciled.WithLabelValues("rejected_unchanged").Inc()
 				case !ok:
 					missing = append(missing, it.ResponseID)
 					missingSt = append(missingSt, stream)
@@ -1181,8 +1366,8 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 			}
 			if page >= limit || len(listed) > p.o.MaxReconcileResponses+len(have) {
 				p.m.hostile.WithLabelValues("page_cap").Inc()
-				return fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached",
-					surveyID, stream, page, l.Total)
+				return fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached: %w",
+					surveyID, stream, page, l.Total, errNotBelieved)
 			}
 		}
 	}
@@ -1226,6 +1411,13 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
 			"vanished", len(vanished), "missing", len(missing), "status_changed", len(changed))
 	}
 	return nil
+}
+
+// rejectedAt reports whether a response was rejected when a list of stream
+// showed it (and is listed so still).
+func (p *Poller) rejectedAt(surveyID int64, id survey.GUID, stream string) bool {
+	h := p.held.get(surveyID, id)
+	return h&hsRejected != 0 && sameStatus(stream, h)
 }
 
 // logProgress logs, every ProgressInterval while cycles have been running

@@ -69,7 +69,11 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		c.fail(http.StatusMethodNotAllowed, "Method not allowed")
 		return
 	}
-	c.eff = s.faults.decide(c.op)
+	var sid int64
+	if len(seg) > 1 && seg[0] == "surveys" {
+		sid, _ = strconv.ParseInt(seg[1], 10, 64)
+	}
+	c.eff = s.faults.decide(c.op, sid)
 	c.enc = encOpts{upper: c.eff.upper, noTitle: c.eff.noTitle, qfAsDisq: c.eff.qfAsDisq, badDate: c.eff.badDate}
 	if c.eff.variant {
 		c.enc.variant = int(seq % 4)
@@ -267,10 +271,16 @@ func (c *call) listResponses(seg []string) {
 		s.mu.Unlock()
 		s.mu.RLock()
 	}
-	ids := sv.list(&q, now)
+	var ids []int32
+	if c.eff.list&listRepeat != 0 {
+		// The first page of the status's list, whatever else was asked.
+		q.hasSC, q.hasEC, q.hasSS, q.hasES, q.page = false, false, false, false, 1
+	}
+	ids = sv.list(&q, now)
 	total := len(ids)
 	from, to := pageBounds(q.page, q.perPage, total)
 	page := ids[from:to]
+	page, total = c.hostileList(ids, page, total, q.page, q.perPage)
 	scheme := "http"
 	if c.r.TLS != nil {
 		scheme = "https"
@@ -303,6 +313,37 @@ func (c *call) listResponses(seg []string) {
 	s.mu.RUnlock()
 	c.write(http.StatusOK, *bp)
 	putBuf(bp)
+}
+
+// hostileList applies the hostile list faults (issue 19) to a page of ids
+// of the list all, and its total.
+func (c *call) hostileList(all, page []int32, total, pageNo, perPage int) ([]int32, int) {
+	l := c.eff.list
+	if l == 0 {
+		return page, total
+	}
+	if l&listRepeat != 0 && len(page) > 0 {
+		full := make([]int32, perPage)
+		for k := range full {
+			full[k] = page[k%len(page)]
+		}
+		page, total = full, hostileTotal
+	}
+	if l&listEndless != 0 && len(all) > 0 {
+		full := make([]int32, perPage)
+		full[0] = all[(pageNo-1)%len(all)]
+		for k := 1; k < perPage; k++ {
+			full[k] = all[0]
+		}
+		page, total = full, (pageNo+1)*perPage
+	}
+	if l&listImplausible != 0 {
+		total = hostileTotal
+	}
+	if l&listUnstable != 0 {
+		total += int(c.s.faults.unstable.Add(1))
+	}
+	return page, total
 }
 
 // parseListQuery reads the list filters; a non-empty message is a 400.

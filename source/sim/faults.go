@@ -41,9 +41,27 @@ const (
 	// column holds; invalid_date sends it as "not a date".
 	FaultFutureDate  = "future_date"
 	FaultInvalidDate = "invalid_date"
+	// Hostile list answers (list_responses; issue 19): a list the poller
+	// must not believe, and must not pay for without end.
+	// implausible_total claims a total of 10^9 with the pages as they are;
+	// repeat_page answers every page of a list with its first page,
+	// whatever the dates and page asked (the status filter holds), filled
+	// to per_page by repeating its ids, claiming a total of 10^9;
+	// unstable_total claims a different total at every call (the true one
+	// plus the number of such answers so far); endless_pages never ends a list: page p is full, starts
+	// with the p-th id of the list (cycling), repeats the first one, and
+	// claims a total of one page more.
+	FaultImplausibleTotal = "implausible_total"
+	FaultRepeatPage       = "repeat_page"
+	FaultUnstableTotal    = "unstable_total"
+	FaultEndlessPages     = "endless_pages"
 )
 
-// Fault is an injected misbehaviour of one operation (Op, or "*" for all).
+// hostileTotal is what implausible_total and repeat_page claim.
+const hostileTotal = 1_000_000_000
+
+// Fault is an injected misbehaviour of one operation (Op, or "*" for all),
+// of every survey or only of Survey (> 0).
 // With Count > 0 it fires on the next Count matching calls; with Probability
 // in (0, 1] it fires on that fraction of them (drawn from a generator seeded
 // by Options.Seed; with both, at most Count times); with neither, on every
@@ -52,6 +70,7 @@ const (
 type Fault struct {
 	Op          string        `json:"op"`
 	Kind        string        `json:"kind"`
+	Survey      int64         `json:"survey,omitempty"`
 	Probability float64       `json:"probability,omitempty"`
 	Count       int           `json:"count,omitempty"`
 	Delay       time.Duration `json:"delay,omitempty"`
@@ -64,6 +83,7 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		Op          string          `json:"op"`
 		Kind        string          `json:"kind"`
+		Survey      int64           `json:"survey"`
 		Probability float64         `json:"probability"`
 		Count       int             `json:"count"`
 		Delay       json.RawMessage `json:"delay"`
@@ -80,7 +100,7 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("fault retry_after: %w", err)
 	}
-	*f = Fault{Op: raw.Op, Kind: raw.Kind, Probability: raw.Probability, Count: raw.Count, Delay: d, RetryAfter: ra}
+	*f = Fault{Op: raw.Op, Kind: raw.Kind, Survey: raw.Survey, Probability: raw.Probability, Count: raw.Count, Delay: d, RetryAfter: ra}
 	return nil
 }
 
@@ -89,12 +109,13 @@ func (f Fault) MarshalJSON() ([]byte, error) {
 	type out struct {
 		Op          string  `json:"op"`
 		Kind        string  `json:"kind"`
+		Survey      int64   `json:"survey,omitempty"`
 		Probability float64 `json:"probability,omitempty"`
 		Count       int     `json:"count,omitempty"`
 		Delay       string  `json:"delay,omitempty"`
 		RetryAfter  string  `json:"retry_after,omitempty"`
 	}
-	o := out{Op: f.Op, Kind: f.Kind, Probability: f.Probability, Count: f.Count}
+	o := out{Op: f.Op, Kind: f.Kind, Survey: f.Survey, Probability: f.Probability, Count: f.Count}
 	if f.Delay != 0 {
 		o.Delay = f.Delay.String()
 	}
@@ -128,12 +149,12 @@ func (f Fault) validate() error {
 	if f.statusCode() == 0 {
 		switch f.Kind {
 		case FaultSlow, FaultReset, FaultVariantSpelling, FaultUppercaseGUID, FaultNoTitle, FaultShift, FaultQuotaFullAsDisqualified,
-			FaultFutureDate, FaultInvalidDate:
+			FaultFutureDate, FaultInvalidDate, FaultImplausibleTotal, FaultRepeatPage, FaultUnstableTotal, FaultEndlessPages:
 		default:
 			return fmt.Errorf("sim: fault kind %q unknown", f.Kind)
 		}
 	}
-	if f.Probability < 0 || f.Probability > 1 || f.Count < 0 {
+	if f.Probability < 0 || f.Probability > 1 || f.Count < 0 || f.Survey < 0 {
 		return fmt.Errorf("sim: fault %s/%s: probability must be in [0,1] and count >= 0", f.Op, f.Kind)
 	}
 	return nil
@@ -187,10 +208,11 @@ type faultState struct {
 }
 
 type faultSet struct {
-	active atomic.Int32
-	mu     sync.Mutex
-	list   []*faultState
-	rng    rng
+	active   atomic.Int32
+	unstable atomic.Int64 // answers of unstable_total so far: what each adds
+	mu       sync.Mutex
+	list     []*faultState
+	rng      rng
 }
 
 // effects is what the faults decided for one call.
@@ -206,9 +228,19 @@ type effects struct {
 	shift         bool
 	qfAsDisq      bool
 	badDate       int // dateFuture or dateInvalid
+	list          int // listImplausible | listRepeat | listUnstable | listEndless
 }
 
-func (fs *faultSet) decide(op string) effects {
+// Hostile list answers (effects.list bits).
+const (
+	listImplausible = 1 << iota
+	listRepeat
+	listUnstable
+	listEndless
+)
+
+// decide draws the faults of one call of op on survey sid (0: none named).
+func (fs *faultSet) decide(op string, sid int64) effects {
 	var e effects
 	if fs.active.Load() == 0 {
 		return e
@@ -217,7 +249,7 @@ func (fs *faultSet) decide(op string) effects {
 	defer fs.mu.Unlock()
 	for _, st := range fs.list {
 		f := &st.f
-		if f.Op != op && f.Op != OpAll {
+		if f.Op != op && f.Op != OpAll || f.Survey != 0 && f.Survey != sid {
 			continue
 		}
 		if f.Count > 0 && st.left == 0 {
@@ -227,8 +259,11 @@ func (fs *faultSet) decide(op string) effects {
 		if code != 0 && e.status != 0 {
 			continue
 		}
-		if f.Kind == FaultShift && op != OpListResponses {
-			continue
+		switch f.Kind {
+		case FaultShift, FaultImplausibleTotal, FaultRepeatPage, FaultUnstableTotal, FaultEndlessPages:
+			if op != OpListResponses {
+				continue
+			}
 		}
 		if (f.Kind == FaultFutureDate || f.Kind == FaultInvalidDate) && op != OpGetResponse {
 			continue
@@ -264,6 +299,14 @@ func (fs *faultSet) decide(op string) effects {
 			e.badDate = dateFuture
 		case FaultInvalidDate:
 			e.badDate = dateInvalid
+		case FaultImplausibleTotal:
+			e.list |= listImplausible
+		case FaultRepeatPage:
+			e.list |= listRepeat
+		case FaultUnstableTotal:
+			e.list |= listUnstable
+		case FaultEndlessPages:
+			e.list |= listEndless
 		default:
 			e.status = code
 		}

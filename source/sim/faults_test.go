@@ -411,3 +411,65 @@ func TestBrokenDateFaults(t *testing.T) {
 		t.Fatal("an invalid date decoded")
 	}
 }
+
+// The hostile list answers of issue 19, each limited to one survey.
+func TestHostileListFaults(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Surveys = append(o.Surveys, SurveySpec{ID: 4575, Responses: 300, Seed: 8})
+	})
+	p1 := e.list("per_page=50&page=1")
+	ids := func(l *survey.ResponseList) map[survey.GUID]bool {
+		m := map[survey.GUID]bool{}
+		for _, d := range l.Data {
+			m[d.ResponseID] = true
+		}
+		return m
+	}
+	if err := e.sim.InjectFault(Fault{Op: OpListResponses, Kind: FaultImplausibleTotal, Survey: 4574, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if l := e.list("per_page=50&page=1"); l.Total != hostileTotal || len(l.Data) != 50 || l.Data[0].ResponseID != p1.Data[0].ResponseID {
+		t.Fatalf("implausible_total: total %d, %d items", l.Total, len(l.Data))
+	}
+	// Another survey is not affected by a fault naming 4574.
+	e.sim.ClearFaults()
+	e.sim.InjectFault(Fault{Op: OpListResponses, Kind: FaultImplausibleTotal, Survey: 4574})
+	var other survey.ResponseList
+	e.envelope(e.get("/v1/surveys/4575/responses?per_page=10"), 200, &other)
+	if other.Total == hostileTotal {
+		t.Fatal("a fault of survey 4574 hit survey 4575")
+	}
+	// repeat_page: page 5 of a narrow window is the first page, full.
+	e.sim.ClearFaults()
+	e.sim.InjectFault(Fault{Op: OpListResponses, Kind: FaultRepeatPage})
+	l := e.list("per_page=50&page=5&start_completed_at=2000-01-01&end_completed_at=2000-01-02")
+	if l.Total != hostileTotal || len(l.Data) != 50 || l.Data[0].ResponseID != p1.Data[0].ResponseID || len(ids(&l)) != 50 {
+		t.Fatalf("repeat_page: total %d, %d items, %d distinct", l.Total, len(l.Data), len(ids(&l)))
+	}
+	// unstable_total: two calls, two totals.
+	e.sim.ClearFaults()
+	e.sim.InjectFault(Fault{Op: OpListResponses, Kind: FaultUnstableTotal})
+	a, b := e.list("per_page=50&page=1"), e.list("per_page=50&page=1")
+	if a.Total == b.Total || a.Total <= p1.Total {
+		t.Fatalf("unstable_total: %d then %d (true %d)", a.Total, b.Total, p1.Total)
+	}
+	// endless_pages: page 1000 is full and brings the 1000th id.
+	e.sim.ClearFaults()
+	e.sim.InjectFault(Fault{Op: OpListResponses, Kind: FaultEndlessPages})
+	far := e.list("per_page=50&page=1000")
+	if len(far.Data) != 50 || far.Total != 1001*50 {
+		t.Fatalf("endless_pages: %d items, total %d", len(far.Data), far.Total)
+	}
+	all := truthList(t, e.sim, 4574, "completed", nil)
+	if far.Data[0].ResponseID != all[999%len(all)] || far.Data[1].ResponseID != all[0] {
+		t.Fatalf("endless_pages: page 1000 starts %s %s", far.Data[0].ResponseID, far.Data[1].ResponseID)
+	}
+	// The JSON form names the survey.
+	var f Fault
+	if err := json.Unmarshal([]byte(`{"op":"list_responses","kind":"repeat_page","survey":4574}`), &f); err != nil || f.Survey != 4574 {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if err := e.sim.InjectFault(Fault{Op: OpGetResponse, Kind: FaultRepeatPage, Survey: -1}); err == nil {
+		t.Fatal("a negative survey was accepted")
+	}
+}
