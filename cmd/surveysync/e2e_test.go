@@ -883,7 +883,8 @@ func TestWarehouseRefusingRowsIsVisibleAndLosesNothing(t *testing.T) {
 	code, out, _ = runBin(t, t.TempDir(), nil, "doctor", "--config", cfg)
 	t.Logf("doctor:\n%s", out)
 	if code != exitFail || !strings.Contains(out, "FAIL  writes to "+w.db+".answers: refuses inserts: code 60") ||
-		!strings.Contains(out, "fix: "+w.db+".answers is missing") || !strings.Contains(out, "the daemon on") {
+		!strings.Contains(out, "fix: "+w.db+".answers is missing") || !strings.Contains(out, "the daemon on") ||
+		!strings.Contains(out, "ok    writes to "+w.db+".responses") || strings.Contains(out, "FAIL  metrics listener") {
 		t.Errorf("doctor: exit %d\n%s", code, out)
 	}
 	for _, s := range []string{d.output(), out} {
