@@ -22,6 +22,7 @@ type metrics struct {
 	batchRows    *prometheus.HistogramVec
 	rowsWritten  *prometheus.CounterVec
 	writeErrors  prometheus.Counter
+	writeFailing *prometheus.GaugeVec
 	writeSeconds prometheus.Histogram
 	fetchSeconds prometheus.Histogram
 
@@ -85,6 +86,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "surveysync_pipeline_write_errors_total",
 			Help: "Failed sink write attempts (each is retried).",
 		}),
+		writeFailing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "surveysync_sink_write_failing",
+			Help: "1 while writes of responses and answers to the sink fail and the batch is held for a retry, by the table the failing write targeted (responses, answers, other) and class (refused: the warehouse refuses the rows until an operator acts; transient: an outage); 0 otherwise.",
+		}, []string{"table", "class"}),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "surveysync_pipeline_write_duration_seconds",
 			Help:    "Time of one sink write attempt.",
@@ -116,6 +121,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.written.WithLabelValues(src)
 		m.fetchErrors.WithLabelValues(src)
 	}
+	// Rows written and the failing gauge start at 0 too: a sink that never
+	// took a row must still show rate(rows) == 0 to the alert rules.
+	for _, t := range []string{flatten.TableResponses, flatten.TableAnswers} {
+		m.rowsWritten.WithLabelValues(t)
+	}
+	m.setFailing("", "")
 	// The usual rejects start at 0 too (alert rules use increase()).
 	for _, sr := range [][2]string{
 		{StageFetch, "decode"}, {StageFetch, "bad_date"}, {StageFetch, "bad_guid"}, {StageFetch, "too_large"},
@@ -126,10 +137,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.rejected, m.unchanged, m.queue, m.flushes,
-			m.batchRows, m.rowsWritten, m.writeErrors, m.writeSeconds, m.fetchSeconds,
+			m.batchRows, m.rowsWritten, m.writeErrors, m.writeFailing, m.writeSeconds, m.fetchSeconds,
 			m.surveyResponses, m.surveyAnswers, m.newest)
 	}
 	return m
+}
+
+// setFailing sets surveysync_sink_write_failing: 1 for table and class, 0
+// for every other series ("" for both: nothing is failing).
+func (m *metrics) setFailing(table, class string) {
+	for _, t := range []string{flatten.TableResponses, flatten.TableAnswers, "other"} {
+		for _, c := range []string{WriteRefused, WriteTransient} {
+			v := 0.0
+			if t == table && c == class {
+				v = 1
+			}
+			m.writeFailing.WithLabelValues(t, c).Set(v)
+		}
+	}
 }
 
 // itemMeta is what the writer records about one response once its batch is

@@ -62,6 +62,11 @@ type Options struct {
 	UrgentDelay      time.Duration // longest an Urgent ref waits in a batch (50 ms)
 	RetryInitial     time.Duration // first wait after a failed sink or reject write (500 ms)
 	RetryMax         time.Duration // longest wait between sink or reject write attempts (30 s)
+	// RefusedRetryMax is the longest wait between write attempts while the
+	// warehouse refuses them (WriteError.Refused, or every response of a
+	// batch refused one by one): a table problem an operator must fix, so
+	// the pipeline retries slowly (2 min; at least RetryMax).
+	RefusedRetryMax time.Duration
 	// Rejects records the responses the pipeline gives up on (permanent
 	// fetch, flatten or write errors); their refs are acknowledged once the
 	// record is durable. Nil: such refs hear the error instead and are read
@@ -99,6 +104,10 @@ func (o *Options) defaults() {
 	if o.RetryMax <= 0 {
 		o.RetryMax = 30 * time.Second
 	}
+	if o.RefusedRetryMax <= 0 {
+		o.RefusedRetryMax = 2 * time.Minute
+	}
+	o.RefusedRetryMax = max(o.RefusedRetryMax, o.RetryMax)
 	if o.Allocator == nil {
 		o.Allocator = memory.NewGoAllocator()
 	}
@@ -130,6 +139,10 @@ type Pipeline struct {
 	closed    chan struct{}
 	mu        sync.RWMutex // guards sends on in against close
 	inClosed  bool
+
+	wmu  sync.Mutex    // guards ws and wait
+	ws   WriteStatus   // the state of the writes (WriteStatus)
+	wait time.Duration // the write path's next back-off ceiling
 }
 
 // New returns a pipeline reading details through f and writing to s.
@@ -514,28 +527,34 @@ func (p *Pipeline) writeLoop(ctx context.Context, in <-chan batch) error {
 
 // write writes bt. It retries transient sink errors until the write
 // succeeds or ctx is done: a sink outage makes the pipeline wait, and the
-// bounded channels upstream make the fetchers wait too. A permanent error
-// is never retried: the batch is written again in halves, down to single
-// responses, so that only the responses the sink refuses are rejected and
-// the others are written; but when every response of a batch of two or
-// more is refused on its own, the table is at fault, not the data, and the
-// batch waits and is written again as after a transient error.
-// settled[i] reports that ref i was rejected and
-// has heard back already; err is ctx's error when ctx ended first.
+// bounded channels upstream make the fetchers wait too. So do refusals
+// (WriteError.Refused: an unknown table or column, a type error, missing
+// grants), more slowly: the batch stays in flight until the warehouse takes
+// it. A permanent error is not retried as such: the batch is written again
+// in halves, down to single responses, so that only the responses the sink
+// refuses are rejected and the others are written; but when every response
+// of a batch of two or more is refused on its own (or a single one while
+// the warehouse is known to refuse everything), the table is at fault, not
+// the data, and the batch waits and is written again as after a refusal.
+// Every wait logs one line (failing); the first success after failures
+// logs the recovery. settled[i] reports that ref i was rejected and has
+// heard back already; err is ctx's error when ctx ended first.
 func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err error) {
 	settled = make([]bool, len(bt.refs))
 	resp, answers := bt.b.Rows()
 	p.m.batchRows.WithLabelValues(flatten.TableResponses).Observe(float64(resp))
 	p.m.batchRows.WithLabelValues(flatten.TableAnswers).Observe(float64(answers))
 	var rejects []rejection
-	wait := p.o.RetryInitial
 	for {
 		err = p.writeRetry(ctx, bt.b)
 		if err == nil || !permanent.Is(err) {
 			return settled, err
 		}
-		p.o.Logger.Warn("sink refused a batch permanently; writing its responses in parts to find the ones it refuses",
-			"responses", resp, "reason", permanent.Reason(err), "err", err)
+		refusing := p.refusing()
+		if !refusing {
+			p.o.Logger.Warn("sink refused a batch permanently; writing its responses in parts to find the ones it refuses",
+				"responses", resp, "reason", permanent.Reason(err), "err", err)
+		}
 		idx := make([]int, len(bt.items))
 		for i := range idx {
 			idx[i] = i
@@ -544,19 +563,15 @@ func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err err
 		if err := p.isolate(ctx, bt, idx, err, &rejects); err != nil {
 			return settled, err
 		}
-		if len(bt.items) < 2 || len(rejects) < len(bt.items) {
+		if len(rejects) < len(bt.items) || (len(bt.items) < 2 && !refusing) {
 			break
 		}
 		// Every response refused on its own: that is the table (a column's
 		// type changed, a replica behind on a migration), not the data.
 		// Wait as for an outage instead of rejecting good responses.
-		p.m.writeErrors.Inc()
-		p.o.Logger.Error("sink refused every response of a batch one by one: taken as a table problem, not bad data; retrying the batch",
-			"responses", resp, "retry_in", wait, "err", rejects[0].err)
-		if err := sleep(ctx, wait/2+rand.N(wait/2+1)); err != nil {
+		if err := sleep(ctx, p.failing(rejects[0].err, WriteRefused, resp)); err != nil {
 			return settled, err
 		}
-		wait = min(wait*2, p.o.RetryMax)
 	}
 	p.reject(ctx, rejects)
 	for _, r := range rejects {
@@ -606,21 +621,19 @@ func (p *Pipeline) writeItems(ctx context.Context, items []flatten.Item, idx []i
 	return p.writeRetry(ctx, fb)
 }
 
-// writeRetry writes b, retrying transient errors with backoff. It returns
-// nil, a permanent error (not retried), or ctx's error.
+// writeRetry writes b, retrying transient errors and refusals with the
+// write path's back-off (failing). It returns nil, a permanent error (not
+// retried), or ctx's error.
 func (p *Pipeline) writeRetry(ctx context.Context, b *flatten.Batch) error {
 	resp, answers := b.Rows()
-	wait := p.o.RetryInitial
-	for attempt := 1; ; attempt++ {
+	for {
 		start := p.o.Now()
 		err := p.sink.Write(ctx, b)
 		p.m.writeSeconds.Observe(p.o.Now().Sub(start).Seconds())
 		if err == nil {
 			p.m.rowsWritten.WithLabelValues(flatten.TableResponses).Add(float64(resp))
 			p.m.rowsWritten.WithLabelValues(flatten.TableAnswers).Add(float64(answers))
-			if attempt > 1 {
-				p.o.Logger.Info("sink write succeeded after retries", "attempts", attempt, "responses", resp)
-			}
+			p.writeSucceeded()
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -630,11 +643,9 @@ func (p *Pipeline) writeRetry(ctx context.Context, b *flatten.Batch) error {
 		if permanent.Is(err) {
 			return err
 		}
-		p.o.Logger.Warn("sink write failed; retrying", "attempt", attempt, "responses", resp, "answers", answers, "retry_in", wait, "err", err)
-		if err := sleep(ctx, wait/2+rand.N(wait/2+1)); err != nil {
+		if err := sleep(ctx, p.failing(err, "", resp)); err != nil {
 			return err
 		}
-		wait = min(wait*2, p.o.RetryMax)
 	}
 }
 

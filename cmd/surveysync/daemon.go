@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -306,6 +307,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		Logger:           log.With("component", "pipeline"),
 		Registerer:       reg,
 	}, policy.Fetcher(client), wh)
+	d.health.writes = d.pipe.WriteStatus
 	d.surveys = pollingSet(cfg, d.book)
 	d.poller = poll.New(poll.Options{
 		Surveys:               d.surveys,
@@ -483,11 +485,13 @@ func printWhereToLook(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "    duckdb -c \"SELECT response_status, count(*) FROM (SELECT * FROM read_parquet('%s/responses/**/*.parquet', hive_partitioning = false) QUALIFY row_number() OVER (PARTITION BY response_id ORDER BY _version DESC) = 1) WHERE is_deleted = 0 GROUP BY 1\"\n", dir)
 }
 
-// health answers /healthz and /readyz.
+// health answers /healthz and /readyz, and /status/sink (the state of
+// the pipeline's writes, for surveysync status and doctor).
 type health struct {
 	client *surveyapi.Client
 	sink   interface{ Ping(context.Context) error }
 	checks []func(context.Context) error
+	writes func() pipeline.WriteStatus
 }
 
 func (h *health) ready(ctx context.Context) error {
@@ -597,8 +601,8 @@ func errUnreadableSurveys(failed map[int64]error) error {
 	return errors.New(b.String())
 }
 
-// metricsMux serves /metrics, /healthz, /readyz and, with withPprof only,
-// /debug/pprof/.
+// metricsMux serves /metrics, /healthz, /readyz, /status/sink and, with
+// withPprof only, /debug/pprof/.
 func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -619,6 +623,14 @@ func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.Serve
 			return
 		}
 		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET "+sinkStatusPath, func(w http.ResponseWriter, r *http.Request) {
+		if h.writes == nil {
+			http.Error(w, "no pipeline", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(h.writes())
 	})
 	return mux
 }

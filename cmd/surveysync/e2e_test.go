@@ -825,3 +825,93 @@ func TestBrokenDetailIsRejectedIntoParquetDir(t *testing.T) {
 		t.Fatalf("%d reject lines in %v, want 2", lines, files)
 	}
 }
+
+// A warehouse that refuses every row (issue 17): the answers table
+// disappears mid-backfill. Within seconds the log has one line per back-off
+// step naming the table and the server's message, the metric says
+// refused, status and doctor name the table and the message; once the
+// table is back, the daemon writes everything held and the warehouse
+// matches the emulator exactly.
+func TestWarehouseRefusingRowsIsVisibleAndLosesNothing(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(2, 3000, 43)})
+	port := freePort(t)
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  batch:\n    max_rows: 2000\n")
+	// metrics on a free port: status and doctor read the daemon there.
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = []byte(strings.Replace(string(raw), "metrics:\n  listen: \"\"\n", fmt.Sprintf("metrics:\n  listen: 127.0.0.1:%d\n", port), 1))
+	if err := os.WriteFile(cfg, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	ctx := context.Background()
+	waitUntil := func(what string, timeout time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; output:\n%s", what, tail(d.output(), 40))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitUntil("the first rows", 2*time.Minute, func() bool {
+		var n uint64
+		return w.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.responses", w.db)).Scan(&n) == nil && n > 300
+	})
+	if err := w.conn.Exec(ctx, fmt.Sprintf("RENAME TABLE %s.answers TO %s.answers_away", w.db, w.db)); err != nil {
+		t.Fatal(err)
+	}
+	refusedAt := time.Now()
+	const line = "the warehouse refuses the write"
+	waitUntil("the refusal in the log", time.Minute, func() bool { return strings.Count(d.output(), line) >= 3 })
+	if took := time.Since(refusedAt); took > time.Minute {
+		t.Errorf("the refusal took %v to show", took)
+	}
+	logged := d.output()
+	for _, want := range []string{"table=answers", "code=60", "doesn't exist", "attempt=", "retry_in="} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("the back-off log lines lack %q:\n%s", want, tail(logged, 20))
+		}
+	}
+	m, err := scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), `surveysync_sink_write_failing{class="refused",table="answers"}`)
+	if err != nil || m[`surveysync_sink_write_failing{class="refused",table="answers"}`] != 1 {
+		t.Errorf("surveysync_sink_write_failing{class=refused,table=answers} = %v (%v), want 1", m, err)
+	}
+	code, out, errOut := runBin(t, t.TempDir(), nil, "status", "--config", cfg)
+	t.Logf("status:\n%s", out)
+	if code != exitOK || !strings.Contains(out, "FAILING") || !strings.Contains(out, w.db+".answers") || !strings.Contains(out, "doesn't exist") {
+		t.Errorf("status: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, _ = runBin(t, t.TempDir(), nil, "doctor", "--config", cfg)
+	t.Logf("doctor:\n%s", out)
+	if code != exitFail || !strings.Contains(out, "FAIL  writes to "+w.db+".answers: refuses inserts: code 60") ||
+		!strings.Contains(out, "fix: "+w.db+".answers is missing") || !strings.Contains(out, "the daemon on") ||
+		!strings.Contains(out, "ok    writes to "+w.db+".responses") || strings.Contains(out, "FAIL  metrics listener") {
+		t.Errorf("doctor: exit %d\n%s", code, out)
+	}
+	for _, s := range []string{d.output(), out} {
+		if strings.Contains(s, tokenOf(e)) {
+			t.Fatal("the API token appears in the output")
+		}
+	}
+	if err := w.conn.Exec(ctx, fmt.Sprintf("RENAME TABLE %s.answers_away TO %s.answers", w.db, w.db)); err != nil {
+		t.Fatal(err)
+	}
+	d.wait(t, 4*time.Minute)
+	if !strings.Contains(d.output(), "sink writes succeed again") {
+		t.Errorf("no recovery line:\n%s", tail(d.output(), 20))
+	}
+	if n := strings.Count(d.output(), line); n > 20 {
+		t.Errorf("%d refusal lines for a short outage: one per back-off step expected", n)
+	}
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		t.Fatal(msg)
+	}
+	if rej := readRejects(t, w); len(rej) != 0 {
+		t.Fatalf("%d rejects for a table problem, want 0", len(rej))
+	}
+}

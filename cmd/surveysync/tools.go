@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,7 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	fmt.Fprintf(stdout, "sync state in %s\n\n", wh)
 	printStates(stdout, states, statusOptions{now: time.Now(), settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval})
 	printBudget(ctx, stdout, cfg)
+	printSinkWrites(ctx, stdout, cfg, time.Now())
 	return exitOK
 }
 
@@ -117,6 +119,23 @@ func progressText(s pipeline.StreamState) string {
 	return out
 }
 
+// daemonAddr is where status and doctor find the running daemon: its
+// metrics listener, with a wildcard host replaced by loopback; "" when
+// metrics.listen is off or unreadable.
+func daemonAddr(cfg *config.Config) string {
+	if cfg.Metrics.Listen == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(cfg.Metrics.Listen)
+	if err != nil {
+		return ""
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
 // printBudget shows the running daemon's API spend, read from its metrics
 // listener (the store does not hold it).
 func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
@@ -129,14 +148,10 @@ func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "API budget: %s calls/month; projection unknown (metrics.listen is off)\n", budget)
 		return
 	}
-	host, port, err := net.SplitHostPort(cfg.Metrics.Listen)
-	if err != nil {
+	addr := daemonAddr(cfg)
+	if addr == "" {
 		return
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	addr := net.JoinHostPort(host, port)
 	m, err := scrape(ctx, "http://"+addr+"/metrics", "surveysync_api_calls_projected_monthly",
 		"surveysync_api_calls_month", "surveysync_poll_interval_stretch", "surveysync_api_calls_projected_monthly_distrusted")
 	if err != nil {
@@ -163,6 +178,78 @@ func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
 // distrustMark flags, in the LAG column, a stream whose list answers are
 // not believed (poll.NotBelieved): it backs off until they are.
 const distrustMark = "NOT BELIEVED"
+
+// sinkStatusPath serves the running daemon's pipeline.WriteStatus as JSON
+// on its metrics listener, beside /metrics.
+const sinkStatusPath = "/status/sink"
+
+// daemonWrites reads the running daemon's write status from its metrics
+// listener.
+func daemonWrites(ctx context.Context, addr string) (pipeline.WriteStatus, error) {
+	var st pipeline.WriteStatus
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+sinkStatusPath, nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s: %s", sinkStatusPath, resp.Status)
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
+	return st, err
+}
+
+// refusalText is a failing write in one line: where, the server's code
+// and message.
+func refusalText(cfg *config.Config, st pipeline.WriteStatus) string {
+	table := st.Table
+	if table == "" {
+		table = "(not named by the sink)"
+	} else if len(cfg.ClickHouse.Addr) > 0 {
+		table = cfg.ClickHouse.Database + "." + table
+	}
+	verb := "writes to " + table + " fail (transient: the sink is unreachable or overloaded; it heals by itself)"
+	if st.Class == pipeline.WriteRefused {
+		verb = "the warehouse refuses writes to " + table
+	}
+	code := ""
+	if st.Code != 0 {
+		code = fmt.Sprintf("code %d: ", st.Code)
+	}
+	return fmt.Sprintf("%s: %s%s", verb, code, st.Message)
+}
+
+// printSinkWrites shows whether the running daemon's writes to the sink
+// succeed, and when they fail, the table and the server's message.
+func printSinkWrites(ctx context.Context, w io.Writer, cfg *config.Config, now time.Time) {
+	addr := daemonAddr(cfg)
+	if addr == "" {
+		fmt.Fprintln(w, "sink writes: unknown (metrics.listen is off)")
+		return
+	}
+	st, err := daemonWrites(ctx, addr)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "sink writes: unknown (no daemon answering on %s)\n", addr)
+	case st.Failing:
+		fmt.Fprintf(w, "sink writes (daemon on %s): FAILING for %s, %d attempts: %s\n", addr, roundDuration(now.Sub(st.Since)), st.Attempts, refusalText(cfg, st))
+		next := "now"
+		if d := st.NextRetry.Sub(now); d > 0 {
+			next = "in " + roundDuration(d)
+		}
+		fmt.Fprintf(w, "  the batch (%d responses) is held and written again %s; nothing acknowledged is lost, the sources wait. Fix: surveysync doctor; docs/operations.md, \"The warehouse refuses writes\"\n", st.Responses, next)
+	case st.LastWrite.IsZero():
+		fmt.Fprintf(w, "sink writes (daemon on %s): ok (nothing written yet by this process)\n", addr)
+	default:
+		fmt.Fprintf(w, "sink writes (daemon on %s): ok (last write %s ago)\n", addr, roundDuration(now.Sub(st.LastWrite)))
+	}
+}
 
 // scrape reads the named unlabelled samples of a Prometheus text page.
 func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
@@ -313,10 +400,32 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 		report("sink "+where, err, "check parquet.dir is writable")
 	}
 
+	if err == nil {
+		for _, c := range wh.CheckWrites(ctx) {
+			report("writes to "+c.Table, describeRefusal(c.Err), c.Fix)
+		}
+	}
+	daemonRuns := false
+	if addr := daemonAddr(cfg); addr != "" {
+		// The running daemon's own writes, when one answers.
+		st, derr := daemonWrites(ctx, addr)
+		daemonRuns = derr == nil
+		if daemonRuns && st.Failing {
+			report(fmt.Sprintf("the daemon on %s writing its batches", addr), fmt.Errorf("%s (failing for %s, %d attempts)", refusalText(cfg, st), roundDuration(time.Since(st.Since)), st.Attempts),
+				"fix the table or grants named here (the lines above say more); the daemon retries by itself, slowly, and loses nothing: docs/operations.md, \"The warehouse refuses writes\"")
+		}
+	}
 	if cfg.Files.Enabled {
 		report("object store "+cfg.Files.URL.String(), checkBlob(ctx, cfg), "check files.url and its credentials; the daemon writes under surveys/")
 	}
+	if daemonRuns {
+		// Its listeners hold the addresses: that is no failure.
+		fmt.Fprintf(stdout, "info  listen addresses not checked: a surveysync daemon answers on metrics.listen %s\n", daemonAddr(cfg))
+	}
 	for _, l := range listeners(cfg) {
+		if daemonRuns {
+			break
+		}
 		ln, err := net.Listen("tcp", l.addr)
 		if err == nil {
 			ln.Close()
@@ -345,6 +454,19 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "all checks passed")
 	return exitOK
+}
+
+// describeRefusal shortens a WriteCheck error to the server's code and
+// message.
+func describeRefusal(err error) error {
+	var we *pipeline.WriteError
+	if !errors.As(err, &we) {
+		return err
+	}
+	if we.Code != 0 {
+		return fmt.Errorf("refuses inserts: code %d: %s", we.Code, we.Message)
+	}
+	return fmt.Errorf("refuses inserts: %s", we.Message)
 }
 
 // listener is an address the daemon listens on.

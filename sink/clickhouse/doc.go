@@ -81,6 +81,6 @@
 //
 // surveysync_clickhouse_insert_duration_seconds{table},
 // surveysync_clickhouse_rows_written_total{table},
-// surveysync_clickhouse_insert_errors_total{table} and
+// surveysync_clickhouse_insert_errors_total{table,code} and
 // surveysync_clickhouse_batch_rows{table}, on Options.Registerer.
 package clickhouse

@@ -7,7 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics of the sink; the only label is the table (bounded).
+// metrics of the sink; the labels are the table and, for errors, the
+// server's exception code (both bounded).
 type metrics struct {
 	insertDuration *prometheus.HistogramVec
 	rowsWritten    *prometheus.CounterVec
@@ -28,8 +29,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"table"}),
 		insertErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "surveysync_clickhouse_insert_errors_total",
-			Help: "Failed insert attempts, per table (each retry counts).",
-		}, []string{"table"}),
+			Help: "Failed insert attempts, per table and the server's exception code (none: network, timeout or a value the column cannot take); each retry counts.",
+		}, []string{"table", "code"}),
 		batchRows: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "surveysync_clickhouse_batch_rows",
 			Help:    "Rows per insert batch, per table.",
@@ -50,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	for _, t := range []string{"responses", "answers"} {
-		m.insertErrors.WithLabelValues(t) // exists before the first error, for rate() and alerts
+		m.insertErrors.WithLabelValues(t, "none") // exists before the first error, for rate() and alerts
 	}
 	return m, nil
 }

@@ -106,7 +106,7 @@ func TestWriteRetriesAfterBrokenConnection(t *testing.T) {
 	if proxy.cuts.Load() != 1 {
 		t.Fatalf("the proxy cut %d connections, want 1", proxy.cuts.Load())
 	}
-	if got := testutil.ToFloat64(s.metrics.insertErrors.WithLabelValues("answers")); got != 1 {
+	if got := testutil.ToFloat64(s.metrics.insertErrors.WithLabelValues("answers", "none")); got != 1 {
 		t.Errorf("insert_errors_total{table=answers} = %v, want 1", got)
 	}
 	if n := countRows(t, s, "SELECT count() FROM "+s.table("answers_current")); n != 20000 {

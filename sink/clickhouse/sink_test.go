@@ -377,7 +377,7 @@ func TestWriteRejectsBadData(t *testing.T) {
 	if !permanent.Is(err) || permanent.Reason(err) != "bad_value" {
 		t.Errorf("bad data: err = %v (reason %q), want a permanent error with reason bad_value", err, permanent.Reason(err))
 	}
-	if got := testutil.ToFloat64(s.metrics.insertErrors.WithLabelValues("answers")); got != 1 {
+	if got := testutil.ToFloat64(s.metrics.insertErrors.WithLabelValues("answers", "none")); got != 1 {
 		t.Errorf("insert_errors_total{table=answers} = %v, want 1", got)
 	}
 }

@@ -5,13 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/apache/arrow/go/v17/arrow"
 
 	"github.com/surveysync/surveysync/internal/permanent"
+	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 )
 
@@ -70,16 +72,16 @@ func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.Record,
 			s.metrics.batchRows.WithLabelValues(table).Observe(float64(rows))
 			return nil
 		}
-		s.metrics.insertErrors.WithLabelValues(table).Inc()
+		s.metrics.insertErrors.WithLabelValues(table, errorCode(err)).Inc()
 		err = fmt.Errorf("clickhouse: insert %d rows into %s (attempt %d): %w", rows, s.table(table), attempt+1, err)
 		if attempt >= s.opts.MaxRetries || !retryable(err) || ctx.Err() != nil {
-			return err
+			return s.writeError(table, err)
 		}
 		wait := backoff/2 + rand.N(backoff)
 		s.log.Warn("insert failed, retrying", "table", table, "rows", rows, "attempt", attempt+1, "wait", wait, "error", err)
 		select {
 		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
+			return s.writeError(table, errors.Join(err, ctx.Err()))
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, 10*time.Second)
@@ -144,7 +146,8 @@ func (s *Sink) insertCtx(ctx context.Context) context.Context {
 
 // retryable reports whether an insert error may go away on retry: network
 // errors and the server's transient conditions do; conversion errors and
-// other server exceptions (schema, types) do not.
+// the exceptions by which the server refuses the insert (refused: schema,
+// types, grants) do not.
 func retryable(err error) bool {
 	if permanent.Is(err) {
 		return false
@@ -152,26 +155,92 @@ func retryable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	return !refused(err)
+}
+
+// refused reports whether err is a server exception by which ClickHouse
+// refuses the insert until an operator acts: every exception but the
+// transient ones (transientException). The issue-17 example is code 43
+// (ILLEGAL_TYPE_OF_ARGUMENT: a cluster's sharding key of the wrong type);
+// others are 16/47 (no such column), 60/81 (unknown table or database),
+// 164 (READONLY user), 497/291 (access denied: grants), 243 (NOT_ENOUGH_SPACE).
+// Errors that are not exceptions (network, timeouts, a closed connection)
+// are not refusals.
+func refused(err error) bool {
 	var ex *ch.Exception
-	if errors.As(err, &ex) {
-		switch ex.Code {
-		case 159, // TIMEOUT_EXCEEDED
-			164, // READONLY
-			202, // TOO_MANY_SIMULTANEOUS_QUERIES
-			209, // SOCKET_TIMEOUT
-			210, // NETWORK_ERROR
-			241, // MEMORY_LIMIT_EXCEEDED
-			252, // TOO_MANY_PARTS
-			242: // TABLE_IS_READ_ONLY
-			return true
-		}
-		return false
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	return errors.As(err, &ex) && !transientException(ex.Code)
+}
+
+// transientException reports whether an exception code is a condition of
+// the server or the cluster that heals by itself.
+func transientException(code int32) bool {
+	switch code {
+	case 3, // UNEXPECTED_END_OF_FILE
+		23,  // CANNOT_READ_FROM_ISTREAM
+		24,  // CANNOT_WRITE_TO_OSTREAM
+		32,  // ATTEMPT_TO_READ_AFTER_EOF
+		159, // TIMEOUT_EXCEEDED
+		160, // TOO_SLOW
+		173, // CANNOT_ALLOCATE_MEMORY
+		202, // TOO_MANY_SIMULTANEOUS_QUERIES
+		203, // NO_FREE_CONNECTION
+		209, // SOCKET_TIMEOUT
+		210, // NETWORK_ERROR
+		225, // NO_ZOOKEEPER
+		236, // ABORTED
+		241, // MEMORY_LIMIT_EXCEEDED
+		242, // TABLE_IS_READ_ONLY (a replica that lost its ZooKeeper session)
+		252, // TOO_MANY_PARTS
+		279, // ALL_CONNECTION_TRIES_FAILED
+		285, // TOO_FEW_LIVE_REPLICAS
+		286, // UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE
+		319, // UNKNOWN_STATUS_OF_INSERT
+		394, // QUERY_WAS_CANCELLED
+		439, // CANNOT_SCHEDULE_TASK
+		999: // KEEPER_EXCEPTION
 		return true
 	}
-	// Broken connections surface as io errors or driver errors without a
-	// type; treat unknown errors as transient.
-	return true
+	return false
 }
+
+// errorCode is the code label of surveysync_clickhouse_insert_errors_total:
+// the server's exception code, or "none" (network, timeout, conversion).
+func errorCode(err error) string {
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		return strconv.Itoa(int(ex.Code))
+	}
+	return "none"
+}
+
+// writeError describes a failed insert into table for the pipeline: the
+// table, the server's code and message, and whether the server refuses it
+// (refused, or a permanent error: the rows cannot be converted). The
+// password, should a message ever quote it, is masked.
+func (s *Sink) writeError(table string, err error) error {
+	we := &pipeline.WriteError{Table: table, Refused: refused(err) || permanent.Is(err)}
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		we.Code = int(ex.Code)
+		we.Message = ex.Message
+	} else {
+		we.Message = err.Error()
+	}
+	if pw := s.opts.Password; pw != "" {
+		we.Message = strings.ReplaceAll(we.Message, pw, "***")
+		if strings.Contains(err.Error(), pw) {
+			err = masked{err, pw}
+		}
+	}
+	we.Err = err
+	return we
+}
+
+// masked is err with a secret masked in its text.
+type masked struct {
+	err    error
+	secret string
+}
+
+func (m masked) Error() string { return strings.ReplaceAll(m.err.Error(), m.secret, "***") }
+func (m masked) Unwrap() error { return m.err }

@@ -3,6 +3,7 @@ package parquet
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -63,6 +64,19 @@ func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 func (w *dirWarehouse) Inventory() warehouse.Inventory { return nil }
 func (w *dirWarehouse) WebhookLog() record.WebhookLog  { return nil }
 func (w *dirWarehouse) QueryConn() record.QueryConn    { return nil }
+
+// CheckWrites creates and removes a file in the folder.
+func (w *dirWarehouse) CheckWrites(context.Context) []warehouse.WriteCheck {
+	c := warehouse.WriteCheck{Table: w.dir}
+	f, err := os.CreateTemp(w.dir, ".surveysync-doctor-*")
+	if err == nil {
+		err = errors.Join(f.Close(), os.Remove(f.Name()))
+	}
+	if err != nil {
+		c.Err, c.Fix = err, "make parquet.dir writable by the user running surveysync"
+	}
+	return []warehouse.WriteCheck{c}
+}
 
 // Ping fails once the warehouse is closed.
 func (w *dirWarehouse) Ping(context.Context) error { return w.checkOpen() }

@@ -40,9 +40,19 @@ type Warehouse interface {
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error
+	// CheckWrites checks, storing nothing, that every table (or folder)
+	// the daemon writes takes a write (surveysync doctor): one check each.
+	CheckWrites(ctx context.Context) []WriteCheck
 	// String says where the data is, for people.
 	String() string
 	Close() error
+}
+
+// WriteCheck is the outcome of one of CheckWrites's checks.
+type WriteCheck struct {
+	Table string // what was checked: a table's full name, or a folder
+	Err   error  // nil when it takes writes; the server's refusal otherwise (a *pipeline.WriteError for ClickHouse)
+	Fix   string // the operator's next step when Err is set
 }
 
 // Inventory lists the responses the warehouse shows as current, with their
