@@ -111,6 +111,7 @@ type ClickHouse struct {
 	Replicated      bool          `koanf:"replicated"`
 	ZooKeeperPrefix string        `koanf:"zookeeper_prefix"`
 	DDLTimeout      time.Duration `koanf:"ddl_timeout"`
+	InsertQuorum    int           `koanf:"insert_quorum"`
 }
 
 // Enabled reports whether a ClickHouse is configured (else the Parquet sink

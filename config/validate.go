@@ -248,6 +248,9 @@ func (c *Config) validateClickHouse(p *problems) {
 	}
 	positive(p, "clickhouse.dial_timeout", ch.DialTimeout)
 	positive(p, "clickhouse.ddl_timeout", ch.DDLTimeout)
+	if ch.InsertQuorum < 0 || ch.InsertQuorum > 16 {
+		p.add("clickhouse.insert_quorum", "must be 0 (off) or the number of replicas of each shard that must have an insert, at most 16 (got %d)", ch.InsertQuorum)
+	}
 	if !zkPathRe.MatchString(ch.ZooKeeperPrefix) {
 		p.add("clickhouse.zookeeper_prefix", "must be an absolute ZooKeeper path of letters, digits, _ . - / and {macros} (got %q)", ch.ZooKeeperPrefix)
 	}

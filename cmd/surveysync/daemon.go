@@ -152,6 +152,7 @@ func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg 
 			Unreplicated:    !cfg.ClickHouse.Replicated,
 			ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
 			DDLTimeout:      cfg.ClickHouse.DDLTimeout,
+			InsertQuorum:    cfg.ClickHouse.InsertQuorum,
 			Logger:          log.With("component", "clickhouse"),
 			Registerer:      reg,
 		})

@@ -54,8 +54,10 @@ type Cluster struct {
 	Name  string   // the cluster's name in remote_servers
 	Dir   string   // its directory ("" when the cluster was not started by cluster-up.sh)
 
-	mu     sync.Mutex
-	locked map[testing.TB]bool
+	mu       sync.Mutex
+	locked   map[testing.TB]bool // tests holding the lock
+	holders  int                 // len(locked)
+	lockFile *os.File            // flocked while holders > 0
 }
 
 // FromEnv returns the cluster of the environment, or skips the test when
@@ -163,11 +165,27 @@ func (c *Cluster) QueryErr(n int, sql string) (string, error) {
 func (c *Cluster) Lock(t testing.TB) {
 	t.Helper()
 	c.needDir(t)
+	// A test and its subtests share the lock this Cluster holds (flock on a
+	// second descriptor of the same file would wait for ever).
 	c.mu.Lock()
-	held := c.locked[t]
+	defer c.mu.Unlock()
+	if c.locked[t] {
+		return
+	}
 	c.locked[t] = true
-	c.mu.Unlock()
-	if held {
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.locked, t)
+		c.holders--
+		if c.holders == 0 {
+			syscall.Flock(int(c.lockFile.Fd()), syscall.LOCK_UN)
+			c.lockFile.Close()
+			c.lockFile = nil
+		}
+	})
+	c.holders++
+	if c.lockFile != nil {
 		return
 	}
 	f, err := os.OpenFile(filepath.Join(c.Dir, "chaos.lock"), os.O_CREATE|os.O_RDWR, 0o644)
@@ -178,13 +196,7 @@ func (c *Cluster) Lock(t testing.TB) {
 		f.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-		c.mu.Lock()
-		delete(c.locked, t)
-		c.mu.Unlock()
-	})
+	c.lockFile = f
 }
 
 // restartAtEnd starts node n again when the test ends, if it is down then.

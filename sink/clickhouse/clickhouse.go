@@ -49,6 +49,12 @@ type Options struct {
 	// ZooKeeperPrefix starts the ZooKeeper path of each replicated table:
 	// <prefix>/{shard}/<database>/<table>_local (default /clickhouse/tables).
 	ZooKeeperPrefix string
+	// InsertQuorum, above 1, makes an insert return only once that many
+	// replicas of each shard have the rows (insert_quorum): a replica that
+	// dies right after an insert then cannot take rows its peers have not
+	// fetched yet out of reach. Inserts wait (and the pipeline retries)
+	// while fewer replicas are up. Default 0: acknowledged by one replica.
+	InsertQuorum int
 	// DDLTimeout bounds how long an ON CLUSTER statement waits for every
 	// node (distributed_ddl_task_timeout; default 60s).
 	DDLTimeout time.Duration

@@ -7,6 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surveysync/surveysync/internal/chcluster"
 )
 
 // TestClusterLayout builds the cluster layout (<t>_local + Distributed) on
@@ -94,4 +99,94 @@ func TestPasswordNeverLogged(t *testing.T) {
 	if !strings.Contains(buf.String(), `"password":"***"`) {
 		t.Errorf("log lacks the masked password: %s", buf.String())
 	}
+}
+
+// TestFailoverWhenNodeDies: with every node of the test cluster in
+// clickhouse.addr, the Sink talks to the first; when that node is killed,
+// the next write goes through another node (clickhouse-go dials the
+// addresses in order), and nothing written is lost. Runs in the first test
+// pass only (not under SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER, whose other
+// packages use the cluster at the same time).
+func TestFailoverWhenNodeDies(t *testing.T) {
+	c := chcluster.FromEnv(t)
+	if onCluster() {
+		t.Skip("runs in the first pass (make test), not in test-cluster")
+	}
+	c.Lock(t)
+	done := baseTime.Add(time.Hour)
+	batch := func(from, n int) []testResponse {
+		var rs []testResponse
+		for i := from; i < from+n; i++ {
+			rs = append(rs, testResponse{ID: guid(i), SurveyID: 1, Version: 10, Completed: &done, Answers: 3})
+		}
+		return rs
+	}
+	open := func(t *testing.T, quorum int) *Sink {
+		s, err := Open(ctxT(t), Options{Addr: c.Addrs, Database: randomDB(), Cluster: c.Name, MaxRetries: 5,
+			InsertQuorum: quorum, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Start(t, 1)
+			if err := dropDatabase(context.Background(), s); err != nil {
+				t.Errorf("drop: %v", err)
+			}
+			s.Close()
+		})
+		return s
+	}
+	want := func(t *testing.T, s *Sink, responses uint64) {
+		t.Helper()
+		if n := countRows(t, s, "SELECT count() FROM "+s.table("responses_current")); n != responses {
+			t.Errorf("responses_current has %d rows, want %d", n, responses)
+		}
+		if n := countRows(t, s, "SELECT count() FROM "+s.table("answers_current")); n != 3*responses {
+			t.Errorf("answers_current has %d rows, want %d", n, 3*responses)
+		}
+	}
+
+	// Acknowledged by one replica (the default): the pooled connections to
+	// node 1 fail, the retry dials node 2 and the write succeeds. Rows that
+	// node 1 took just before it died and node 2 had not fetched yet are out
+	// of reach until node 1 is back, then all are there.
+	t.Run("quorum 1", func(t *testing.T) {
+		s := open(t, 0)
+		writeBatch(t, s, batch(0, 100))
+		c.Kill(t, 1)
+		writeBatch(t, s, batch(100, 100))
+		if err := s.Ping(ctxT(t)); err != nil {
+			t.Fatalf("Ping after the failover: %v", err)
+		}
+		c.Start(t, 1)
+		syncReplicas(t, c.Addrs, s.Database(), "responses_local", "answers_local")
+		want(t, s, 200)
+	})
+	// insert_quorum 2: an acknowledged insert is on both replicas, so it
+	// stays readable while the node that took it is down.
+	t.Run("quorum 2", func(t *testing.T) {
+		s := open(t, 2)
+		writeBatch(t, s, batch(0, 100))
+		c.Kill(t, 1)
+		if err := s.Ping(ctxT(t)); err != nil {
+			t.Fatalf("Ping after the failover: %v", err)
+		}
+		want(t, s, 100)
+		c.Start(t, 1)
+		writeBatch(t, s, batch(100, 100))
+		want(t, s, 200)
+	})
+}
+
+// syncReplicas waits until every replica of db's tables has fetched what
+// its peers have (SYSTEM SYNC REPLICA on each node).
+func syncReplicas(t *testing.T, addrs []string, db string, tables ...string) {
+	t.Helper()
+	eachAddr(t, addrs, func(addr string, c driver.Conn) {
+		for _, table := range tables {
+			if err := c.Exec(ctxT(t), "SYSTEM SYNC REPLICA "+db+"."+table); err != nil {
+				t.Fatalf("%s: SYSTEM SYNC REPLICA %s: %v", addr, table, err)
+			}
+		}
+	})
 }

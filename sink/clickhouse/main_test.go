@@ -266,7 +266,13 @@ func optimizeFinal(t testing.TB, s *Sink, storage string) {
 // eachNode calls f with a connection to each node of testAddrs in turn.
 func eachNode(t testing.TB, f func(addr string, c driver.Conn)) {
 	t.Helper()
-	for _, addr := range testAddrs() {
+	eachAddr(t, testAddrs(), f)
+}
+
+// eachAddr calls f with a connection to each of addrs in turn.
+func eachAddr(t testing.TB, addrs []string, f func(addr string, c driver.Conn)) {
+	t.Helper()
+	for _, addr := range addrs {
 		c, err := ch.Open(&ch.Options{Addr: []string{addr}})
 		if err != nil {
 			t.Fatal(err)

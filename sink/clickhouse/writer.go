@@ -136,12 +136,20 @@ func dataException(err error) bool {
 }
 
 // insertCtx adds the settings every insert needs. Into a Distributed table
-// (cluster mode), an insert returns only once the shards have the rows.
+// (cluster mode), an insert returns only once the shards have the rows;
+// with InsertQuorum, only once that many replicas of each shard have them.
 func (s *Sink) insertCtx(ctx context.Context) context.Context {
+	set := ch.Settings{}
 	if s.opts.Cluster != "" {
-		return ch.Context(ctx, ch.WithSettings(ch.Settings{"insert_distributed_sync": 1}))
+		set["insert_distributed_sync"] = 1
 	}
-	return ctx
+	if s.opts.InsertQuorum > 1 {
+		set["insert_quorum"] = s.opts.InsertQuorum
+	}
+	if len(set) == 0 {
+		return ctx
+	}
+	return ch.Context(ctx, ch.WithSettings(set))
 }
 
 // retryable reports whether an insert error may go away on retry: network
