@@ -107,6 +107,11 @@ func (r *Receiver) Addr() string {
 	return ""
 }
 
+// Started is closed once Run has opened the spool and bound its listener:
+// the receiver takes webhooks from then on (the daemon's readiness
+// notification waits for it).
+func (r *Receiver) Started() <-chan struct{} { return r.started }
+
 // Ready reports whether the receiver can accept webhooks: Run has opened the
 // spool, is not stopping, the spool is below its caps, the last spool write
 // succeeded and the spool directory is writable. For /readyz: a load

@@ -221,11 +221,13 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			return err
 		}
 	}
-	log.Info("surveysync started", "version", version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
+	log.Info("surveysync started", "version", readBuildInfo().Version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
 
 	work := d.startWork(workCtx)
+	go notifyReady(intakeCtx, d, log)
 	intakeErr := d.runIntake(intakeCtx, cancelIntake, fl, cfg, stdout)
 	if rootCtx.Err() != nil {
+		notifyStopping(log)
 		log.Info("stopping: intake closed, draining the pipeline", "drain_timeout", cfg.Shutdown.DrainTimeout)
 	}
 	d.pipe.CloseInput()
@@ -252,7 +254,8 @@ func newRegistry() *prometheus.Registry {
 		Name: "surveysync_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	reg.MustRegister(buildInfo)
-	buildInfo.WithLabelValues(version, goVersion()).Set(1)
+	b := readBuildInfo()
+	buildInfo.WithLabelValues(b.Version, b.GoVersion).Set(1)
 	return reg
 }
 

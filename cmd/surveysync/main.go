@@ -9,6 +9,7 @@
 //	surveysync config print [--config FILE]
 //	surveysync feed run NAME [--dry-run] [--config FILE]
 //	surveysync feed uncertain NAME | feed resolve NAME --as pushed|retry KEY...
+//	surveysync healthcheck [--ready] [--url URL]
 //	surveysync version
 //
 // With no configuration at all, run starts the built-in emulator of the
@@ -22,7 +23,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -30,9 +30,6 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -52,6 +49,7 @@ Usage:
   surveysync feed run NAME [--dry-run]       run a feed once (--dry-run: what it would push, calling nothing)
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
+  surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
 
 Run 'surveysync COMMAND --help' for a command's flags.
@@ -93,6 +91,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "version", "--version":
 		fmt.Fprintln(stdout, versionString())
 		return exitOK
+	case "healthcheck":
+		return healthcheck(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		if len(rest) > 0 {
 			// surveysync help run == surveysync run --help
@@ -286,16 +286,4 @@ func flagHint(err error, fs *pflag.FlagSet) string {
 		return fmt.Sprintf(" (did you mean --%s?)", best)
 	}
 	return ""
-}
-
-func versionString() string {
-	v := version
-	goVersion := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-	}
-	return fmt.Sprintf("surveysync %s (%s)", v, goVersion)
 }

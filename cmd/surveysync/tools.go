@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -26,13 +25,6 @@ import (
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
 )
-
-func goVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return bi.GoVersion
-	}
-	return ""
-}
 
 // status prints, per survey and stream, the checkpoint read from the store.
 func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) int {
