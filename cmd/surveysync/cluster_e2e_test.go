@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -173,4 +174,36 @@ func setRateLimit(t *testing.T, path string, perSecond int) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestCopyFromSingleNodeThenRunOnCluster: the documented move of a
+// single-node deployment to a cluster, through the real binary: a backfill
+// into the single node, `surveysync copy-from` into the cluster, then the
+// daemon on the cluster, which finds everything in place (the emulator's
+// truth, each response once).
+func TestCopyFromSingleNodeThenRunOnCluster(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	c, cw := clusterOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(2, 400, 77)})
+	d := startDaemon(t, writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n"), "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+
+	extra := fmt.Sprintf("clickhouse:\n  addr: [%s]\n  database: %s\n  cluster: %s\n", strings.Join(c.Addrs, ", "), cw.db, c.Name)
+	cfg := writeConfig(t, e, nil, extra+"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	out, err := exec.Command(binPath, "copy-from", w.addr, "--from-database", w.db, "--config", cfg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("copy-from: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "responses") || !strings.Contains(string(out), "copied database "+w.db) {
+		t.Errorf("copy-from output:\n%s", out)
+	}
+	truth := truthFingerprints(e)
+	if msg := diff(truth, warehouseFingerprints(t, cw)); msg != "" {
+		t.Fatalf("after the copy: %s", msg)
+	}
+	d = startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 3*time.Minute)
+	if msg := diff(truth, warehouseFingerprints(t, cw)); msg != "" {
+		t.Fatalf("after a run on the cluster: %s", msg)
+	}
 }

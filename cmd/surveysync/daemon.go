@@ -141,27 +141,33 @@ func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, re
 // privacy rules of its webhook log and feed ledger).
 func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
 	if len(cfg.ClickHouse.Addr) > 0 {
-		return clickhouse.OpenWarehouse(ctx, clickhouse.Options{
-			Addr:            cfg.ClickHouse.Addr,
-			Database:        cfg.ClickHouse.Database,
-			Username:        cfg.ClickHouse.Username,
-			Password:        cfg.ClickHouse.Password.Value(),
-			Cluster:         cfg.ClickHouse.Cluster,
-			Secure:          cfg.ClickHouse.Secure,
-			DialTimeout:     cfg.ClickHouse.DialTimeout,
-			Unreplicated:    !cfg.ClickHouse.Replicated,
-			ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
-			DDLTimeout:      cfg.ClickHouse.DDLTimeout,
-			InsertQuorum:    cfg.ClickHouse.InsertQuorum,
-			Logger:          log.With("component", "clickhouse"),
-			Registerer:      reg,
-		})
+		return clickhouse.OpenWarehouse(ctx, clickhouseOptions(cfg, log, reg))
 	}
 	dir, err := filepath.Abs(cfg.Parquet.Dir)
 	if err != nil {
 		return nil, err
 	}
 	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
+}
+
+// clickhouseOptions maps the clickhouse section of the configuration onto
+// the sink's options.
+func clickhouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) clickhouse.Options {
+	return clickhouse.Options{
+		Addr:            cfg.ClickHouse.Addr,
+		Database:        cfg.ClickHouse.Database,
+		Username:        cfg.ClickHouse.Username,
+		Password:        cfg.ClickHouse.Password.Value(),
+		Cluster:         cfg.ClickHouse.Cluster,
+		Secure:          cfg.ClickHouse.Secure,
+		DialTimeout:     cfg.ClickHouse.DialTimeout,
+		Unreplicated:    !cfg.ClickHouse.Replicated,
+		ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
+		DDLTimeout:      cfg.ClickHouse.DDLTimeout,
+		InsertQuorum:    cfg.ClickHouse.InsertQuorum,
+		Logger:          log.With("component", "clickhouse"),
+		Registerer:      reg,
+	}
 }
 
 func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, stderr io.Writer) int {

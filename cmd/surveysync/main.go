@@ -49,6 +49,7 @@ Usage:
   surveysync feed run NAME [--dry-run]       run a feed once (--dry-run: what it would push, calling nothing)
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
+  surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
 
@@ -156,6 +157,19 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return query(ctx, cfg, q, stdout, stderr)
 	case "feed":
 		return feedCLI(ctx, rest, stdout, stderr)
+	case "copy-from":
+		var from copyFlags
+		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags,
+			about: "Copy every table of a surveysync database on another ClickHouse server (the single node a deployment outgrew) into the configured one (a cluster: rows go to their shards). Stop the daemon first; the source password comes from SURVEYSYNC_COPY_FROM_PASSWORD.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.StringVar(&from.database, "from-database", "surveysync", "the source database")
+				fs.StringVar(&from.user, "from-user", "default", "the source's ClickHouse user")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		from.addr = pos[0]
+		return copyFrom(ctx, cfg, from, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "surveysync: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
