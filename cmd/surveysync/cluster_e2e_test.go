@@ -11,6 +11,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/internal/chcluster"
 	"github.com/surveysync/surveysync/source/sim"
 )
@@ -84,9 +85,8 @@ func TestClusterChaosBackfillIsExact(t *testing.T) {
 		}
 	}
 	// 6,000 responses at 150 calls/s: a backfill of about 40 s, long
-	// enough for both phases.
-	extra := fmt.Sprintf("clickhouse:\n  addr: [%s]\n  database: %s\n  cluster: %s\n", strings.Join(c.Addrs, ", "), w.db, c.Name)
-	cfg := writeConfig(t, e, nil, extra+"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  batch:\n    max_rows: 500\n")
+	// enough for both phases. The clickhouse section is examples/cluster.yaml's.
+	cfg := writeConfig(t, e, nil, clusterSection(t, c, w.db)+"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  batch:\n    max_rows: 500\n")
 	cfg = setRateLimit(t, cfg, 150)
 	d := startDaemon(t, cfg, "--exit-when-synced")
 
@@ -188,8 +188,7 @@ func TestCopyFromSingleNodeThenRunOnCluster(t *testing.T) {
 	d := startDaemon(t, writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n"), "--exit-when-synced")
 	d.wait(t, 3*time.Minute)
 
-	extra := fmt.Sprintf("clickhouse:\n  addr: [%s]\n  database: %s\n  cluster: %s\n", strings.Join(c.Addrs, ", "), cw.db, c.Name)
-	cfg := writeConfig(t, e, nil, extra+"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	cfg := writeConfig(t, e, nil, clusterSection(t, c, cw.db)+"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
 	out, err := exec.Command(binPath, "copy-from", w.addr, "--from-database", w.db, "--config", cfg).CombinedOutput()
 	if err != nil {
 		t.Fatalf("copy-from: %v\n%s", err, out)
@@ -206,4 +205,21 @@ func TestCopyFromSingleNodeThenRunOnCluster(t *testing.T) {
 	if msg := diff(truth, warehouseFingerprints(t, cw)); msg != "" {
 		t.Fatalf("after a run on the cluster: %s", msg)
 	}
+}
+
+// clusterSection is the clickhouse section of examples/cluster.yaml, with
+// the test cluster's addresses and name (they differ when cluster-up.sh ran
+// on other ports) and database db.
+func clusterSection(t *testing.T, c *chcluster.Cluster, db string) string {
+	t.Helper()
+	ex, err := config.Load("../../examples/cluster.yaml", []string{"SURVEYSYNC_API__TOKEN=t", "SURVEYSYNC_API__USER_AGENT=surveysync-test (t@example.invalid)", "SURVEYSYNC_SURVEYS=1"}, nil)
+	if err != nil {
+		t.Fatalf("examples/cluster.yaml: %v", err)
+	}
+	ch := ex.ClickHouse
+	if ch.Cluster == "" || !ch.Replicated {
+		t.Fatalf("examples/cluster.yaml: cluster %q, replicated %v", ch.Cluster, ch.Replicated)
+	}
+	return fmt.Sprintf("clickhouse:\n  addr: [%s]\n  database: %s\n  cluster: %s\n  replicated: %v\n  zookeeper_prefix: %s\n  ddl_timeout: %s\n  insert_quorum: %d\n",
+		strings.Join(c.Addrs, ", "), db, c.Name, ch.Replicated, ch.ZooKeeperPrefix, ch.DDLTimeout, ch.InsertQuorum)
 }

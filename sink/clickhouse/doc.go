@@ -57,25 +57,24 @@
 // With Options.Cluster set, every statement runs ON CLUSTER, and every table
 // read by its public name is split: <name>_local holds the rows on each
 // shard (same engine and keys), and <name> is a Distributed table over it.
-// responses and answers are both sharded by cityHash64(response_id), so all
+// responses and answers are both sharded by the response_id, so all
 // versions and answers of a response live on one shard: ReplacingMergeTree
 // and FINAL work per shard, and answers_current checks versions against the
 // shard's own responses_local (a non-GLOBAL IN sent with the query to every
 // shard). Inserts go to the Distributed tables with
 // insert_distributed_sync=1, so Write returns only once the shards have the
-// rows. schema_migrations is per node (created ON CLUSTER; the daemon
-// records on the node it talks to; re-applying on another node is
-// harmless).
+// rows (on one replica each, or InsertQuorum of them).
 //
-// The local tables use the plain *MergeTree engines: replicas need
-// Replicated* engines and ZooKeeper/Keeper, which this project cannot run
-// or test here; a deployment with replicas would change the engines of the
-// _local tables (e.g. ReplicatedReplacingMergeTree('/clickhouse/tables/
-// {shard}/surveysync/responses', '{replica}', _version)) in its own
-// migration. The cluster DDL is pinned by golden files
-// (testdata/ddl_cluster.sql) and the Distributed layout is tested against a
-// one-shard cluster on the dev server (TestClusterLayout); ON CLUSTER itself
-// needs ZooKeeper and is not exercised here.
+// The _local tables are Replicated* (Options.Unreplicated turns that off
+// for clusters without replicas), with the ZooKeeper path
+// <ZooKeeperPrefix>/{shard}/<db>/<table>_local and replica '{replica}';
+// schema_migrations is one table replicated to every node. Sharding keys
+// hash strings and integers only (cityHash64(toString(response_id))):
+// ClickHouse 18.16 cannot hash a UUID. The layout is tested against a real
+// 2 shards × 2 replicas cluster with ZooKeeper (scripts/cluster-up.sh;
+// make test-cluster runs this package's integration tests on it), the DDL
+// is pinned by golden files (testdata/ddl_cluster.sql). See
+// docs/operations.md, "Running on a ClickHouse cluster".
 //
 // # Metrics
 //
