@@ -50,6 +50,16 @@ func query(t *testing.T, sql string) string {
 	return strings.TrimSpace(res.String())
 }
 
+// queryErr runs sql and returns its error.
+func queryErr(sql string) error {
+	res, err := session.Query(sql, "TSV")
+	if err == nil && res != nil {
+		err = res.Error()
+		res.Free()
+	}
+	return err
+}
+
 const db = "surveysync_chdb"
 
 func guid(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n) }
@@ -93,9 +103,17 @@ func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Twice: every statement is idempotent.
-	for range 2 {
+	// Twice: every statement is idempotent, as the sink runs it (an ALTER …
+	// ADD COLUMN whose column exists counts as done: 18.16 has no ADD
+	// COLUMN IF NOT EXISTS).
+	for pass := range 2 {
 		for _, stmt := range stmts {
+			if pass == 1 && strings.Contains(stmt, " ADD COLUMN ") {
+				if err := queryErr(stmt); err != nil && !strings.Contains(err.Error(), "DUPLICATE_COLUMN") {
+					t.Fatalf("chdb: %v\n%s", err, stmt)
+				}
+				continue
+			}
 			query(t, stmt)
 		}
 	}
@@ -158,5 +176,45 @@ func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
 	}
 	for _, b := range blocks {
 		query(t, strings.ReplaceAll(b[1], "surveysync.", db+"."))
+	}
+}
+
+// TestClusterDDLParsesOnCurrentClickHouse: every statement of the cluster
+// layout (ON CLUSTER, Replicated* engines with the macros, Distributed
+// tables, their re-creation) is valid SQL for a current ClickHouse. chdb has
+// no cluster nor ZooKeeper to run them, so they are parsed (formatQuery);
+// the 2 × 2 cluster tests run them on 18.16.
+func TestClusterDDLParsesOnCurrentClickHouse(t *testing.T) {
+	stmts, err := clickhouse.SchemaDDL(db+"_cluster", "surveysync_cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicated, distributed := 0, 0
+	for _, stmt := range stmts {
+		lit := "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(stmt) + "'"
+		if got := query(t, "SELECT formatQuerySingleLine("+lit+")"); got == "" {
+			t.Errorf("empty format of %s", stmt)
+		}
+		replicated += strings.Count(stmt, "ENGINE = Replicated")
+		distributed += strings.Count(stmt, "ENGINE = Distributed(")
+	}
+	if replicated < 10 || distributed < 10 {
+		t.Errorf("%d Replicated and %d Distributed engines in the cluster DDL, want at least 10 of each", replicated, distributed)
+	}
+}
+
+// TestShardingKeyAgreesWith1816: the sharding key of responses and answers
+// gives the same hash on a current ClickHouse as on 18.16 (values taken
+// from 18.16.1), so a cluster being upgraded node by node keeps each
+// response on its shard.
+func TestShardingKeyAgreesWith1816(t *testing.T) {
+	for id, want := range map[string]string{
+		"00000000-0000-4000-8000-000000000001": "11731209475870689406",
+		"da453b67-791e-4d4d-9009-75b1ed8a33c1": "1545787457978443455",
+		"0b9d0c1e-7f7e-4bb1-a2f6-3f0e7f7f7f7f": "727320175754006800",
+	} {
+		if got := query(t, "SELECT cityHash64(toString(toUUID('"+id+"')))"); got != want {
+			t.Errorf("cityHash64(toString(%s)) = %s on chdb, %s on 18.16", id, got, want)
+		}
 	}
 }
