@@ -190,3 +190,41 @@ func syncReplicas(t *testing.T, addrs []string, db string, tables ...string) {
 		}
 	})
 }
+
+// TestOpenWithANodeDown: the migrations of a fresh database wait for every
+// node; with one down, Open fails within clickhouse.ddl_timeout with an
+// error that names the cluster and what to check, and succeeds once the
+// node is back.
+func TestOpenWithANodeDown(t *testing.T) {
+	c := chcluster.FromEnv(t)
+	if onCluster() {
+		t.Skip("runs in the first pass (make test), not in test-cluster")
+	}
+	c.Lock(t)
+	c.Kill(t, 4)
+	o := Options{Addr: c.Addrs, Database: randomDB(), Cluster: c.Name, DDLTimeout: 3 * time.Second, Registerer: prometheus.NewRegistry()}
+	start := time.Now()
+	_, err := Open(ctxT(t), o)
+	if err == nil {
+		t.Fatal("Open with a node down succeeded")
+	}
+	for _, want := range []string{"ON CLUSTER " + c.Name, "did not finish on every node", "clickhouse.ddl_timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("Open took %v to fail", took)
+	}
+	c.Start(t, 4)
+	o.DDLTimeout = time.Minute
+	o.Registerer = prometheus.NewRegistry()
+	s, err := Open(ctxT(t), o)
+	if err != nil {
+		t.Fatalf("Open once the node is back: %v", err)
+	}
+	if err := dropDatabase(context.Background(), s); err != nil {
+		t.Error(err)
+	}
+	s.Close()
+}
