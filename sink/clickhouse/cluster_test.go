@@ -3,15 +3,18 @@ package clickhouse
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/internal/chcluster"
+	"github.com/surveysync/surveysync/pipeline"
 )
 
 // TestClusterLayout builds the cluster layout (<t>_local + Distributed) on
@@ -227,4 +230,35 @@ func TestOpenWithANodeDown(t *testing.T) {
 		t.Error(err)
 	}
 	s.Close()
+}
+
+// TestUUIDShardingKeyIsARefusal: the cluster layout of earlier versions
+// (Distributed tables sharded by cityHash64(response_id), which ClickHouse
+// 18.16 cannot compute for a UUID) refused every insert with code 43. Such
+// a refusal is reported as one (table, code, message), so the pipeline
+// backs off and status, doctor and the alert name it; migration 0050
+// re-creates the tables with a key every version computes.
+func TestUUIDShardingKeyIsARefusal(t *testing.T) {
+	if !onCluster() {
+		t.Skip("needs the 2-shard cluster (make test-cluster): a one-shard cluster never computes the key")
+	}
+	s, _ := openTest(t, nil)
+	for _, stmt := range []string{
+		"DROP TABLE IF EXISTS " + s.table("responses") + s.tmpl.OnCluster,
+		"CREATE TABLE " + s.table("responses") + s.tmpl.OnCluster + " AS " + s.tmpl.Local("responses") +
+			" ENGINE = Distributed(" + s.opts.Cluster + ", " + s.Database() + ", responses_local, cityHash64(response_id))",
+	} {
+		if err := s.Conn().Exec(s.ddlCtx(ctxT(t)), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := baseTime.Add(time.Hour)
+	err := s.Write(ctxT(t), buildBatch(memory.DefaultAllocator, []testResponse{{ID: guid(1), SurveyID: 1, Version: 1, Completed: &done, Answers: 0}}))
+	var we *pipeline.WriteError
+	if !errors.As(err, &we) {
+		t.Fatalf("Write = %v, want a *pipeline.WriteError", err)
+	}
+	if !we.Refused || we.Code != 43 || we.Table != "responses" || !strings.Contains(we.Message, "cityHash64") {
+		t.Errorf("WriteError = %+v, want a refusal of responses with code 43 naming cityHash64", we)
+	}
 }
