@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -94,4 +95,53 @@ func serveHAStatus(mux *http.ServeMux, e *ha.Elector) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(e.Status())
 	})
+}
+
+// printHA adds the election to surveysync status, as the daemon on
+// metrics.listen sees it; nothing without ha.
+func printHA(ctx context.Context, w io.Writer, cfg *config.Config) {
+	if !cfg.HA.Enabled() {
+		return
+	}
+	fmt.Fprintf(w, "\nhigh availability (root %s):\n", cfg.HARoot())
+	s, err := daemonHA(ctx, cfg.Metrics.Listen)
+	if err != nil {
+		fmt.Fprintf(w, "  the daemon on metrics.listen (%s) does not answer: %v\n", cfg.Metrics.Listen, err)
+		return
+	}
+	role := "follower"
+	if s.Leading {
+		role = "LEADER"
+	}
+	fmt.Fprintf(w, "  this instance: %s (%s)\n", s.Instance, role)
+	switch {
+	case s.Leader == "":
+		fmt.Fprintln(w, "  leader: none known (election in progress, or ZooKeeper unreachable)")
+	case !s.Since.IsZero():
+		fmt.Fprintf(w, "  leader: %s since %s (%s ago)\n", s.Leader, s.Since.Format(time.RFC3339), time.Since(s.Since).Round(time.Second))
+	default:
+		fmt.Fprintf(w, "  leader: %s\n", s.Leader)
+	}
+}
+
+func daemonHA(ctx context.Context, addr string) (ha.Status, error) {
+	var s ha.Status
+	if addr == "" {
+		return s, fmt.Errorf("metrics.listen is empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+haStatusPath, nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("%s: %s", haStatusPath, resp.Status)
+	}
+	return s, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&s)
 }

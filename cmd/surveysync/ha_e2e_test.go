@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +28,7 @@ type haDaemon struct {
 
 func (h *haDaemon) status() (ha.Status, error) {
 	var s ha.Status
-	c := http.Client{Timeout: time.Second}
+	c := http.Client{Timeout: 3 * time.Second}
 	resp, err := c.Get("http://" + h.metrics + haStatusPath)
 	if err != nil {
 		return s, err
@@ -155,7 +157,12 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 				next = d
 			}
 		}
-		// The first write of the new leader.
+		// The first write of the new leader: after it leads (an insert the
+		// killed one had sent may still land first).
+		if l := leaderOf(t, ds, timeout+15*time.Second); l != next {
+			t.Fatalf("kill %d: %s leads, want %s", k, l.name, next.name)
+		}
+		at = rowsWritten(w)
 		for rowsWritten(w) <= at {
 			if time.Since(t0) > timeout+15*time.Second {
 				t.Fatalf("kill %d: no write %v after the leader was killed\n%s", k, time.Since(t0), tail(next.proc.output(), 30))
@@ -167,7 +174,7 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 		if took > timeout+5*time.Second {
 			t.Errorf("kill %d: the new leader wrote %v after the kill (session timeout %v)", k, took, timeout)
 		}
-		if l := leaderOf(t, ds, time.Second); l != next {
+		if l := leaderOf(t, ds, 10*time.Second); l != next {
 			t.Fatalf("kill %d: %s leads, want %s", k, l.name, next.name)
 		}
 		if rowsWritten(w) >= uint64(24000) && k < kills-1 {
@@ -204,5 +211,9 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 	}
 	if s, _ := l.status(); s.Instance != l.name || !s.Leading {
 		t.Errorf("status %+v", s)
+	}
+	out, _ := exec.Command(binPath, "status", "--config", l.cfg).CombinedOutput()
+	if want := "this instance: " + l.name + " (LEADER)"; !strings.Contains(string(out), want) {
+		t.Errorf("surveysync status does not say %q:\n%s", want, out)
 	}
 }
