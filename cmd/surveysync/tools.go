@@ -44,6 +44,7 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	printStates(stdout, states, statusOptions{now: time.Now(), settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval})
 	printBudget(ctx, stdout, cfg)
 	printSinkWrites(ctx, stdout, cfg, time.Now())
+	printHA(ctx, stdout, cfg)
 	return exitOK
 }
 
