@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/record"
@@ -406,6 +407,19 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 		if daemonRuns && st.Failing {
 			report(fmt.Sprintf("the daemon on %s writing its batches", addr), fmt.Errorf("%s (failing for %s, %d attempts)", refusalText(cfg, st), roundDuration(time.Since(st.Since)), st.Attempts),
 				"fix the table or grants named here (the lines above say more); the daemon retries by itself, slowly, and loses nothing: docs/operations.md, \"The warehouse refuses writes\"")
+		}
+	}
+	if cfg.HA.Enabled() {
+		el, herr := ha.Probe(ctx, cfg.HA.Servers, cfg.HARoot(), 5*time.Second)
+		report(fmt.Sprintf("ha servers %s (election under %s)", strings.Join(cfg.HA.Servers, ","), cfg.HARoot()), herr,
+			"check ha.servers: the client port (usually 2181) of the ZooKeeper or ClickHouse Keeper ensemble, reachable from this machine")
+		if herr == nil {
+			switch len(el.Candidates) {
+			case 0:
+				fmt.Fprintln(stdout, "info  ha: no instance campaigns yet")
+			default:
+				fmt.Fprintf(stdout, "info  ha: %d instance(s) campaigning, %s leads\n", len(el.Candidates), el.Candidates[0])
+			}
 		}
 	}
 	if cfg.Files.Enabled {
