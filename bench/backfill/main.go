@@ -198,6 +198,9 @@ wait:
 	ansRate := float64(nAns) / elapsed.Seconds()
 	fmt.Printf("end to end: %d responses, %d answers rows in %s: %.0f responses/s, %.0f answers/s; daemon peak RSS %d MB\n",
 		nResp, nAns, elapsed.Round(time.Millisecond), respRate, ansRate, peak/1024)
+	fmt.Printf("CPU time: daemon %s, emulator %s (wall %s, 2 cores = %s)\n",
+		(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Round(100*time.Millisecond),
+		cpuTime(simCmd.Process.Pid).Round(100*time.Millisecond), elapsed.Round(100*time.Millisecond), (2 * elapsed).Round(100*time.Millisecond))
 	if up, ok := startedAt(logf.Name()); ok && up.After(start) {
 		startup := up.Sub(start)
 		fmt.Printf("of which start-up (connect, migrations) %s; after it: %.0f responses/s\n",
@@ -344,6 +347,22 @@ func startedAt(logPath string) (time.Time, bool) {
 		return t, err == nil
 	}
 	return time.Time{}, false
+}
+
+// cpuTime is the user + system time of a running process (/proc/pid/stat).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
 func vmHWM(pid int) int64 {
