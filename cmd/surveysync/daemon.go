@@ -512,6 +512,9 @@ func (h *health) ready(ctx context.Context) error {
 	if err := h.sink.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("sink: %w", err))
 	}
+	if err := writesReady(h.writes); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range h.checks {
 		if err := c(ctx); err != nil {
 			errs = append(errs, err)
