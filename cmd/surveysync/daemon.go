@@ -406,6 +406,7 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFl
 		intake.Go(func() error { return d.feeds.Run(ctx) })
 	}
 	if fl.exitWhenSynced {
+		intake.Go(func() error { return watchToken(ctx, d.health.client) })
 		intake.Go(func() error {
 			if d.waitSynced(ctx) {
 				if failed := d.poller.FirstPassErrors(); len(failed) > 0 {
