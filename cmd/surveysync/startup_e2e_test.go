@@ -88,3 +88,25 @@ func TestClickHouseHTTPPortIsNamed(t *testing.T) {
 		t.Logf("%s: %s", args[0], lastLine(string(out)))
 	}
 }
+
+// Every log line names its component once (the ClickHouse sink used to
+// add its own to the daemon's: component=clickhouse component=clickhouse).
+func TestLogLinesNameTheirComponentOnce(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 20, 7)})
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n")
+	d := startDaemon(t, cfg, "--exit-when-synced")
+	d.wait(t, 2*time.Minute)
+	lines := 0
+	for _, l := range strings.Split(d.output(), "\n") {
+		if strings.Count(l, "component=") > 1 {
+			t.Errorf("component repeated: %s", l)
+		}
+		if strings.Contains(l, "component=clickhouse") {
+			lines++
+		}
+	}
+	if lines == 0 {
+		t.Errorf("no line of the ClickHouse sink:\n%s", tail(d.output(), 20))
+	}
+}

@@ -183,7 +183,9 @@ func Open(ctx context.Context, o Options) (*Sink, error) {
 		conn: retryClosed{conn},
 		opts: o,
 		tmpl: newTmplData(o.Database, o.Cluster, !o.noOnClusterDDL),
-		log:  o.Logger.With("component", "clickhouse", "database", o.Database),
+		// The caller names the component (cmd/surveysync: "clickhouse"):
+		// naming it here too repeated the key in every line.
+		log: o.Logger.With("database", o.Database),
 	}
 	s.tmpl.ZooKeeperPrefix = o.ZooKeeperPrefix
 	if o.Unreplicated {
