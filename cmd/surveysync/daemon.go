@@ -409,6 +409,7 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFl
 		intake.Go(func() error { return d.rx.Run(ctx) })
 	}
 	if fl.exitWhenSynced {
+		intake.Go(func() error { return watchToken(ctx, d.health.client) })
 		intake.Go(func() error {
 			if d.waitSynced(ctx) {
 				if failed := d.poller.FirstPassErrors(); len(failed) > 0 {
@@ -514,6 +515,9 @@ func (h *health) ready(ctx context.Context) error {
 	}
 	if err := h.sink.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("sink: %w", err))
+	}
+	if err := writesReady(h.writes); err != nil {
+		errs = append(errs, err)
 	}
 	for _, c := range h.checks {
 		if err := c(ctx); err != nil {
