@@ -67,7 +67,7 @@ func TestReadyzFollowsDiskFaultsAndRecovers(t *testing.T) {
 		"webhooks:\n  enabled: true\n  listen: 127.0.0.1:%d\n  path: %s\n  spool_dir: %s\n", port, path, spool.Path))
 	rewriteConfig(t, cfg, map[string]string{
 		"parquet:\n  dir: " + filepath.Join(filepath.Dir(cfg), "data") + "\n": "parquet:\n  dir: " + data.Path + "\n",
-		"metrics:\n  listen: \"\"\n": "metrics:\n  listen: " + metrics + "\n",
+		"metrics:\n  listen: \"\"\n":                                          "metrics:\n  listen: " + metrics + "\n",
 	})
 	d := startDaemon(t, cfg)
 	waitReadyz(t, d, metrics, http.StatusOK, "ready", 60*time.Second)

@@ -72,8 +72,8 @@ func TestStatusWithoutTokenSaysWhetherTheDaemonRuns(t *testing.T) {
 	// every 10 s.
 	cfg := writeConfig(t, e, nil, "sync:\n  poll_interval: 1s\n")
 	rewriteConfig(t, cfg, map[string]string{
-		"rate_limit: 100000": "rate_limit: 20",
-		"max_concurrency: 32": "max_concurrency: 4",
+		"rate_limit: 100000":         "rate_limit: 20",
+		"max_concurrency: 32":        "max_concurrency: 4",
 		"metrics:\n  listen: \"\"\n": "metrics:\n  listen: " + metrics + "\n",
 	})
 	ro := withoutAPISecrets(t, cfg)
