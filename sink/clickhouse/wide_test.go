@@ -1,0 +1,349 @@
+package clickhouse
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/apache/arrow/go/v17/arrow/memory"
+
+	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/source/sim"
+)
+
+func TestSanitizeName(t *testing.T) {
+	for in, want := range map[string]string{
+		"spokojenost":                "spokojenost",
+		"Zlepšení":                   "zlepseni",
+		"Spokojenost s úrovní (%)":   "spokojenost_s_urovni",
+		"ŽLUŤOUČKÝ kůň":              "zlutoucky_kun",
+		"1. otázka":                  "q_1_otazka",
+		"  --  ":                     "",
+		"Straße":                     "strasse",
+		"Q1_nps":                     "q1_nps",
+		strings.Repeat("dlouhé", 20): strings.TrimRight(strings.Repeat("dlouhe", 10), "_"),
+	} {
+		if got := sanitizeName(in); got != want {
+			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestAssignNamesStableAndUnique(t *testing.T) {
+	taken := []WideColumn{{QuestionID: 1, Variable: "zlepseni", Name: "zlepseni"}}
+	fresh := []WideColumn{
+		{QuestionID: 2, Variable: "Zlepšení"},        // sanitises to a taken name
+		{QuestionID: 3, Variable: "response_status"}, // a response column's name
+		{QuestionID: 4, Variable: "hodnoceni", RowID: 7, RowLabel: "Cena"},
+		{QuestionID: 4, Variable: "hodnoceni", RowID: 8, RowLabel: ""},
+		{QuestionID: 5, Variable: "zdroj", Part: "other"},
+		{QuestionID: 6, Variable: ""},
+	}
+	assignNames(taken, fresh)
+	var got []string
+	for _, c := range fresh {
+		got = append(got, c.Name)
+	}
+	want := []string{"zlepseni_2", "response_status_3", "hodnoceni_cena", "hodnoceni_r8", "zdroj_other", "q6"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("names %v, want %v", got, want)
+	}
+}
+
+// TestWideViewMatchesEmulator writes the emulator's responses (every
+// question kind, uploads, Czech labels) through Write and compares survey
+// 4574's wide view with a pivot computed here from the emulator's
+// responses; then a response with a question the survey did not have
+// (whose variable sanitises to an existing column's name) arrives, a
+// response gets a new version and one is deleted, and the view follows
+// without anything but Write.
+func TestWideViewMatchesEmulator(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := ctxT(t)
+	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	em, err := sim.New(sim.Options{
+		Now:     func() time.Time { return now },
+		Surveys: []sim.SurveySpec{{ID: 4574, Responses: 150, Seed: 1, Files: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer em.Close()
+	truth := map[string]survey.Response{} // current responses by lower-case id
+	version := uint64(0)
+	write := func(rs []survey.Response, deleted ...string) {
+		t.Helper()
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		defer mem.AssertSize(t, 0)
+		b := flatten.NewBuilder(mem)
+		defer b.Release()
+		for _, r := range rs {
+			version++
+			r := r
+			if err := b.Add(flatten.Item{Response: &r, SurveyID: 4574, ResponseID: r.ResponseID, Version: version, SyncedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+			if r.ResponseStatus == survey.StatusDeleted {
+				delete(truth, strings.ToLower(string(r.ResponseID)))
+			} else {
+				truth[strings.ToLower(string(r.ResponseID))] = r
+			}
+		}
+		for _, id := range deleted {
+			version++
+			if err := b.Add(flatten.Item{SurveyID: 4574, ResponseID: survey.GUID(id), Deleted: true, Version: version, SyncedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+			delete(truth, id)
+		}
+		batch := b.Flush()
+		defer batch.Release()
+		if err := s.Write(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []survey.Response
+	for r := range em.Responses(4574) {
+		all = append(all, r)
+	}
+	write(all[:len(all)/2])
+	write(all[len(all)/2:])
+	compareWide(t, s, truth)
+
+	cols, err := s.WideColumns(ctx, 4574)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, c := range cols {
+		names[c.Name] = true
+	}
+	for _, n := range []string{"source", "spokojenost", "zdroj", "zdroj_other", "produkty", "produkty_other", "hodnoceni_cena",
+		"hodnoceni_zakaznicka_podpora", "kanaly_bezny_ucet", "nps", "zlepseni", "prilohy"} {
+		if !names[n] {
+			t.Errorf("no column %s in %v", n, cols)
+		}
+	}
+
+	// A question added to the running survey, whose variable sanitises to
+	// "zlepseni" (taken by the open question), with Czech labels.
+	r, err := em.AddResponse(4574, survey.Response{ResponseStatus: survey.StatusCompleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := "Ďábelsky dobré – ano"
+	r.Pages = append(r.Pages, survey.Page{ID: 99, Questions: []survey.Question{{
+		ID: 424242, Type: "single", Title: "Zlepšení (nová otázka)", Variable: "Zlepšení",
+		Answers: []survey.Answer{{ChoiceID: survey.Int(7), ChoiceLabel: &label}},
+	}}})
+	// A new version of a response: another satisfaction label.
+	changed := all[3]
+	for p := range changed.Pages {
+		for q := range changed.Pages[p].Questions {
+			if changed.Pages[p].Questions[q].Variable == "spokojenost" {
+				other := "Úplně jinak"
+				changed.Pages[p].Questions[q].Answers = []survey.Answer{{ChoiceID: survey.Int(1), ChoiceLabel: &other}}
+			}
+		}
+	}
+	write([]survey.Response{r, changed}, strings.ToLower(string(all[5].ResponseID)))
+	compareWide(t, s, truth)
+	if cols, err = s.WideColumns(ctx, 4574); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range cols {
+		if c.QuestionID == 424242 {
+			found = true
+			if c.Name != "zlepseni_424242" || c.Title != "Zlepšení (nová otázka)" || c.Kind != KindLabel {
+				t.Errorf("new question's column: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Error("the new question has no column")
+	}
+
+	// The view's filters give the same rows with and without predicate
+	// pushdown (a filter must never reach an older version).
+	view := s.table(WideViewName(4574))
+	for _, where := range []string{
+		"response_status = 'completed'",
+		"spokojenost = 'Úplně jinak'",
+		"response_id = toUUID('" + strings.ToLower(string(all[3].ResponseID)) + "')",
+		"response_id = toUUID('" + strings.ToLower(string(all[5].ResponseID)) + "')",
+	} {
+		var counts []uint64
+		for _, on := range []int{0, 1} {
+			var n uint64
+			q := fmt.Sprintf("SELECT count() FROM (SELECT * FROM %s WHERE %s)", view, where)
+			if err := s.Conn().QueryRow(ch.Context(ctx, ch.WithSettings(ch.Settings{"enable_optimize_predicate_expression": on})), q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			counts = append(counts, n)
+		}
+		if counts[0] != counts[1] {
+			t.Errorf("WHERE %s: %d rows without pushdown, %d with", where, counts[0], counts[1])
+		}
+	}
+
+	// Refreshing by hand (surveysync views --refresh) changes nothing.
+	if _, err := s.RefreshWideViews(ctx, 4574); err != nil {
+		t.Fatal(err)
+	}
+	compareWide(t, s, truth)
+}
+
+// compareWide checks survey 4574's wide view against a pivot of truth made
+// here: one row per response, each column as the question's kind says.
+func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
+	t.Helper()
+	ctx := ctxT(t)
+	cols, err := s.WideColumns(ctx, 4574)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		q, row int64
+		part   string
+	}
+	name := map[key]string{}
+	for _, c := range cols {
+		name[key{c.QuestionID, c.RowID, c.Part}] = c.Name
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	list := func(vs []string) string { return "[" + strings.Join(vs, "|") + "]" }
+	want := map[string]map[string]string{}
+	for id, r := range truth {
+		row := map[string]string{"response_status": r.ResponseStatus}
+		for _, c := range cols {
+			switch {
+			case c.Kind == KindNumber:
+				row[c.Name] = "NULL"
+			case isArrayKind(c.Kind):
+				row[c.Name] = "[]"
+			default:
+				row[c.Name] = ""
+			}
+		}
+		for _, p := range r.Pages {
+			for _, q := range p.Questions {
+				cells := map[int64][]string{}
+				for _, a := range q.Answers {
+					var rowID int64
+					if a.RowID != nil {
+						rowID = int64(*a.RowID)
+					}
+					switch q.Type {
+					case "single", "matrix_single":
+						cells[rowID] = append(cells[rowID], str(a.ChoiceLabel)+str(a.ColumnLabel))
+					case "multiple", "matrix_multiple":
+						cells[rowID] = append(cells[rowID], str(a.ChoiceLabel)+str(a.ColumnLabel))
+					case "scale":
+						cells[rowID] = append(cells[rowID], strconv.FormatInt(int64(*a.Value), 10))
+					case "file_upload":
+						if a.Text != nil {
+							cells[rowID] = append(cells[rowID], *a.Text)
+						} else {
+							cells[rowID] = append(cells[rowID], strings.ToLower(string(*a.FileID)))
+						}
+					default: // essay, url_parameter
+						cells[rowID] = append(cells[rowID], str(a.Text))
+					}
+					if a.OtherID != nil {
+						row[name[key{q.ID, 0, "other"}]] = str(a.Text)
+					}
+				}
+				for rowID, vs := range cells {
+					n, ok := name[key{q.ID, rowID, ""}]
+					if !ok {
+						t.Errorf("no column for question %d row %d (%s)", q.ID, rowID, q.Variable)
+						continue
+					}
+					switch q.Type {
+					case "multiple", "matrix_multiple", "file_upload":
+						row[n] = list(vs)
+					default:
+						row[n] = vs[0]
+					}
+				}
+			}
+		}
+		want[id] = row
+	}
+
+	rows, err := s.Conn().Query(ctx, "SELECT * FROM "+s.table(WideViewName(4574)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	types := rows.ColumnTypes()
+	got := map[string]map[string]string{}
+	for rows.Next() {
+		vals := make([]any, len(types))
+		for i, ct := range types {
+			vals[i] = reflect.New(ct.ScanType()).Interface()
+		}
+		if err := rows.Scan(vals...); err != nil {
+			t.Fatal(err)
+		}
+		row := map[string]string{}
+		var id string
+		for i, ct := range types {
+			v := reflect.ValueOf(vals[i]).Elem()
+			var out string
+			switch {
+			case v.Kind() == reflect.Pointer && v.IsNil():
+				out = "NULL"
+			case v.Kind() == reflect.Pointer:
+				out = fmt.Sprint(v.Elem().Interface())
+			case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+				out = list(v.Interface().([]string))
+			default:
+				out = fmt.Sprint(v.Interface())
+			}
+			if ct.Name() == "response_id" {
+				id = out
+			}
+			row[ct.Name()] = out
+		}
+		got[id] = row
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("wide view has %d rows, want %d", len(got), len(want))
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	bad := 0
+	for _, id := range ids {
+		g, ok := got[id]
+		if !ok {
+			t.Errorf("response %s missing from the wide view", id)
+			continue
+		}
+		for col, w := range want[id] {
+			if g[col] != w && bad < 20 {
+				bad++
+				t.Errorf("response %s column %s = %q, want %q", id, col, g[col], w)
+			}
+		}
+	}
+	t.Logf("wide view: %d rows × %d columns compared", len(got), len(types))
+}
