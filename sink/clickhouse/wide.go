@@ -325,7 +325,7 @@ FROM
         GROUP BY response_id
     )
     WHERE r_is_deleted = 0
-)`, surveyID, db, surveyID)
+) AS r`, surveyID, db, surveyID)
 	if len(cols) == 0 {
 		return b.String()
 	}
@@ -375,7 +375,7 @@ FROM
 		fmt.Fprintf(&b, ",\n            if(isNull(other_id), 0, transform(question_id, [%s], [%s], 0)) AS opos",
 			strings.Join(otherQs, ", "), strings.Join(otherPos, ", "))
 	}
-	fmt.Fprintf(&b, "\n        FROM %s.answers\n        WHERE survey_id = %d\n    )\n    GROUP BY response_id, _version\n)\nUSING (response_id, _version)", db, surveyID)
+	fmt.Fprintf(&b, "\n        FROM %s.answers\n        WHERE survey_id = %d\n    )\n    GROUP BY response_id, _version\n) AS a\nUSING (response_id, _version)", db, surveyID)
 	return b.String()
 }
 
@@ -798,4 +798,10 @@ ORDER BY min(page_index), min(question_index), question_id, row`, s.table("answe
 		}
 	}
 	return fresh, rows.Err()
+}
+
+// WideViewSQL is the SELECT of survey surveyID's wide view over database
+// with the given columns (the chdb check runs it on a current ClickHouse).
+func WideViewSQL(database string, surveyID int64, cols []WideColumn) string {
+	return wideSelect(database, surveyID, cols)
 }

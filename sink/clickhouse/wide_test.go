@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/apache/arrow/go/v17/arrow/memory"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
@@ -198,6 +199,27 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareWide(t, s, truth)
+
+	// Every node has the view (ON CLUSTER), with every column, the same
+	// rows, and no leftover of the swap.
+	eachNode(t, func(addr string, c driver.Conn) {
+		var n, rows, left uint64
+		if err := c.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ?",
+			s.Database(), WideViewName(4574)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRow(ctx, "SELECT count() FROM "+view).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND (endsWith(name, '__new') OR endsWith(name, '__old'))",
+			s.Database()).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if n != uint64(len(wideResponseColumns)+len(cols)) || rows != uint64(len(truth)) || left != 0 {
+			t.Errorf("node %s: view has %d columns (want %d), %d rows (want %d); %d leftover tables",
+				addr, n, len(wideResponseColumns)+len(cols), rows, len(truth), left)
+		}
+	})
 }
 
 // compareWide checks survey 4574's wide view against a pivot of truth made
