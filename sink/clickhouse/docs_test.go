@@ -28,6 +28,9 @@ func TestSchemaDocQueries(t *testing.T) {
 		{ID: guid(2), SurveyID: 4574, Version: 1, Completed: &done, Answers: 4},
 		{ID: "da453b67-791e-4d4d-9009-75b1ed8a33c1", SurveyID: 4574, Version: 1, Status: "partial", Answers: 2},
 	})
+	// The demo's survey as the emulator makes it, for the wide view's
+	// examples (its variables, matrix rows and uploads).
+	writeEmulatorResponses(t, s, 40)
 	if err := s.SaveStates(ctxT(t), []pipeline.StreamState{{SurveyID: 4574, Stream: "completed", Watermark: done}}); err != nil {
 		t.Fatal(err)
 	}

@@ -270,14 +270,24 @@ func isArrayKind(k string) bool { return k == KindLabels || k == KindFiles || k 
 //     those of the latest version, so an older version's answers (or
 //     answers written before their responses row) never show;
 //   - a handful of aggregate functions whatever the number of questions:
-//     each answer cell gets its column's position (transform of a hash of
+//     each answer cell gets its column's position (transform of a key of
 //     question and matrix row), groupArray collects positions and values
 //     per response version, a single-valued column is picked with indexOf,
 //     a multi-valued one filtered from the sorted, distinct (a retried
 //     write's identical rows count once) cells. One -If aggregate per
 //     column was 10× slower; groupArrayInsertAt and groupUniqArray ran out
 //     of memory.
-func wideSelect(db string, surveyID int64, cols []WideColumn) string {
+//
+// aliases names the join's two subqueries (r, a): current releases require
+// it (joined_subquery_requires_alias), while 18.16 then no longer pushes a
+// filter into them.
+func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) string {
+	alias := func(a string) string {
+		if aliases {
+			return " AS " + a
+		}
+		return ""
+	}
 	var b strings.Builder
 	b.WriteString("SELECT\n    response_id, survey_id, survey_name, response_status, date_created, date_completed, total_time,\n")
 	b.WriteString("    distribution_id, contact_id, contact_id_hash, ip_address, `url_parameters.name`, `url_parameters.value`,\n")
@@ -325,13 +335,32 @@ FROM
         GROUP BY response_id
     )
     WHERE r_is_deleted = 0
-) AS r`, surveyID, db, surveyID)
+)%s`, surveyID, db, surveyID, alias("r"))
 	if len(cols) == 0 {
 		return b.String()
 	}
 	// Positions (from 1) of the columns, and what the answers side needs.
 	var hashes, poss, codes, otherQs, otherPos []string
 	var numbers, others, arrays bool
+	// A cell's column is found by a key of its question and matrix row:
+	// question_id << 32 | row_id when every id fits 32 bits (the service's
+	// ids do), else a hash. (Constant arrays of cityHash64 cost 50-90 ms
+	// per query on 18.16, most of a point lookup.)
+	small := true
+	for _, c := range cols {
+		small = small && c.QuestionID >= 0 && c.QuestionID < 1<<32 && c.RowID >= 0 && c.RowID < 1<<32
+	}
+	cellKey := func(q, r int64) string {
+		if small {
+			return strconv.FormatUint(uint64(q)<<32|uint64(r), 10)
+		}
+		return fmt.Sprintf("cityHash64(toInt64(%d), toInt64(%d))", q, r)
+	}
+	rowKey := "cityHash64(question_id, ifNull(row_id, toInt64(0)))"
+	if small {
+		rowKey = "if(question_id >= 0 AND question_id < 4294967296 AND ifNull(row_id, 0) >= 0 AND ifNull(row_id, 0) < 4294967296, " +
+			"bitOr(bitShiftLeft(toUInt64(question_id), 32), toUInt64(ifNull(row_id, 0))), 0)"
+	}
 	for i, c := range cols {
 		p := strconv.Itoa(i + 1)
 		if c.Kind == KindOther {
@@ -340,7 +369,7 @@ FROM
 			otherPos = append(otherPos, p)
 			continue
 		}
-		hashes = append(hashes, fmt.Sprintf("cityHash64(toInt64(%d), toInt64(%d))", c.QuestionID, c.RowID))
+		hashes = append(hashes, cellKey(c.QuestionID, c.RowID))
 		poss = append(poss, p)
 		codes = append(codes, strconv.Itoa(kindCodes[c.Kind]))
 		numbers = numbers || c.Kind == KindNumber
@@ -364,10 +393,10 @@ FROM
     (
         SELECT
             response_id, _version, answer_index, text,
-            transform(cityHash64(question_id, ifNull(row_id, toInt64(0))), [%s], [%s], 0) AS pos,
+            transform(%s, [%s], [%s], 0) AS pos,
             transform(pos, [%s], [%s], 0) AS k,
             multiIf(k = 1 OR k = 4, %s, k = 2 OR k = 5, text, k = 3, if(isNull(value), '', 'n'), k = 6, %s, '') AS str`,
-		strings.Join(hashes, ", "), strings.Join(poss, ", "), strings.Join(poss, ", "), strings.Join(codes, ", "), wideLabel, wideValues)
+		rowKey, strings.Join(hashes, ", "), strings.Join(poss, ", "), strings.Join(poss, ", "), strings.Join(codes, ", "), wideLabel, wideValues)
 	if numbers {
 		b.WriteString(",\n            ifNull(value, toInt64(0)) AS num")
 	}
@@ -375,7 +404,7 @@ FROM
 		fmt.Fprintf(&b, ",\n            if(isNull(other_id), 0, transform(question_id, [%s], [%s], 0)) AS opos",
 			strings.Join(otherQs, ", "), strings.Join(otherPos, ", "))
 	}
-	fmt.Fprintf(&b, "\n        FROM %s.answers\n        WHERE survey_id = %d\n    )\n    GROUP BY response_id, _version\n) AS a\nUSING (response_id, _version)", db, surveyID)
+	fmt.Fprintf(&b, "\n        FROM %s.answers\n        WHERE survey_id = %d\n    )\n    GROUP BY response_id, _version\n)%s\nUSING (response_id, _version)", db, surveyID, alias("a"))
 	return b.String()
 }
 
@@ -648,7 +677,7 @@ func (s *Sink) writeWideColumns(ctx context.Context, cols []WideColumn) error {
 // On a cluster (ON CLUSTER), the swap runs on every node.
 func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
 	name := s.table(WideViewName(id))
-	query := wideSelect(s.opts.Database, id, s.wide.cols[id])
+	query := wideSelect(s.opts.Database, id, s.wide.cols[id], s.version.Version.Major >= 20)
 	if !s.wide.noReplace {
 		err := s.conn.Exec(s.ddlCtx(ctx), fmt.Sprintf("CREATE OR REPLACE VIEW %s%s AS\n%s", name, s.tmpl.OnCluster, query))
 		if err == nil {
@@ -801,7 +830,8 @@ ORDER BY min(page_index), min(question_index), question_id, row`, s.table("answe
 }
 
 // WideViewSQL is the SELECT of survey surveyID's wide view over database
-// with the given columns (the chdb check runs it on a current ClickHouse).
+// with the given columns, as for a current ClickHouse (the chdb check runs
+// it on 26.7).
 func WideViewSQL(database string, surveyID int64, cols []WideColumn) string {
-	return wideSelect(database, surveyID, cols)
+	return wideSelect(database, surveyID, cols, true)
 }

@@ -369,3 +369,34 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 	}
 	t.Logf("wide view: %d rows × %d columns compared", len(got), len(types))
 }
+
+// writeEmulatorResponses writes n responses of the emulator's survey 4574
+// (uploads included) through Write.
+func writeEmulatorResponses(t *testing.T, s *Sink, n int) {
+	t.Helper()
+	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	em, err := sim.New(sim.Options{
+		Now:     func() time.Time { return now },
+		Surveys: []sim.SurveySpec{{ID: 4574, Responses: n, Seed: 1, Files: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer em.Close()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	b := flatten.NewBuilder(mem)
+	defer b.Release()
+	v := uint64(time.Now().UnixNano())
+	for r := range em.Responses(4574) {
+		v++
+		if err := b.Add(flatten.Item{Response: &r, SurveyID: 4574, ResponseID: r.ResponseID, Version: v, SyncedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := b.Flush()
+	defer batch.Release()
+	if err := s.Write(ctxT(t), batch); err != nil {
+		t.Fatal(err)
+	}
+}
