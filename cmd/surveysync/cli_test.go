@@ -87,3 +87,10 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+func TestViewsNeedsClickHouse(t *testing.T) {
+	code, _, errOut := cli(t, "views", "--parquet-dir", t.TempDir())
+	if code != exitConfig || !strings.Contains(errOut, "wide views live in ClickHouse") {
+		t.Errorf("views without ClickHouse: exit %d, %q", code, errOut)
+	}
+}

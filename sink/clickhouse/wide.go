@@ -739,7 +739,20 @@ type WideView struct {
 func (s *Sink) WideViews(ctx context.Context, surveyIDs ...int64) ([]WideView, error) {
 	ids := surveyIDs
 	if len(ids) == 0 {
-		if err := s.conn.Select(ctx, &ids, "SELECT DISTINCT survey_id FROM "+s.table("responses")+" ORDER BY survey_id"); err != nil {
+		rows, err := s.conn.Query(ctx, "SELECT DISTINCT survey_id FROM "+s.table("responses")+" ORDER BY survey_id")
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: list surveys: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("clickhouse: list surveys: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("clickhouse: list surveys: %w", err)
 		}
 	}

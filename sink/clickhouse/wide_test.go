@@ -199,6 +199,10 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareWide(t, s, truth)
+	vs, err := s.WideViews(ctx)
+	if err != nil || len(vs) != 1 || vs[0].SurveyID != 4574 || len(vs[0].Columns) != len(cols) || vs[0].View != view {
+		t.Errorf("WideViews: %v %+v", err, vs)
+	}
 
 	// Every node has the view (ON CLUSTER), with every column, the same
 	// rows, and no leftover of the swap.
