@@ -538,6 +538,28 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 				}
 			}
 			fresh[id] = still
+			if len(s.wide.cols[id]) == 0 {
+				// No columns recorded: a new survey, or one an older
+				// surveysync wrote. Its stored answers (this batch's
+				// included) tell every question's column.
+				scanned, err := s.scanWideColumns(ctx, id)
+				if err != nil {
+					s.wideFailed(id, now, "scanning the answers", err)
+					continue
+				}
+				if len(scanned) > 0 {
+					have := map[wideKey]bool{}
+					for _, c := range scanned {
+						have[c.key()] = true
+					}
+					for _, c := range fresh[id] {
+						if !have[c.key()] {
+							scanned = append(scanned, c)
+						}
+					}
+					fresh[id] = scanned
+				}
+			}
 		}
 		if len(fresh[id]) > 0 {
 			if err := s.addWideColumns(ctx, id, fresh[id]); err != nil {

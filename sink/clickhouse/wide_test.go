@@ -404,3 +404,40 @@ func writeEmulatorResponses(t *testing.T, s *Sink, n int) {
 		t.Fatal(err)
 	}
 }
+
+// TestWideViewOfAnOlderWarehouse: a survey whose answers were written
+// before wide views existed (no wide_columns rows, no view) gets a view
+// with every answered question at the first write of a new daemon.
+func TestWideViewOfAnOlderWarehouse(t *testing.T) {
+	skipOnCluster(t) // TRUNCATE stands for the older warehouse
+	s, _ := openTest(t, nil)
+	ctx := ctxT(t)
+	writeEmulatorResponses(t, s, 30)
+	want, err := s.WideColumns(ctx, 4574)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"TRUNCATE TABLE " + s.table("wide_columns"), "DROP TABLE " + s.table(WideViewName(4574))} {
+		if err := s.Conn().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := Open(ctx, testOptions(s.Database()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	writeBatch(t, s2, []testResponse{{ID: guid(1), SurveyID: 4574, Version: 1, Answers: 1}})
+	got, err := s2.WideColumns(ctx, 4574)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want)+1 { // + q0 of the hand-made response
+		t.Fatalf("%d columns after the first write, want %d", len(got), len(want)+1)
+	}
+	var n uint64
+	if err := s2.Conn().QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ?",
+		s.Database(), WideViewName(4574)).Scan(&n); err != nil || n != uint64(len(wideResponseColumns)+len(got)) {
+		t.Errorf("view has %d columns (%v), want %d", n, err, len(wideResponseColumns)+len(got))
+	}
+}
