@@ -94,3 +94,21 @@ func TestViewsNeedsClickHouse(t *testing.T) {
 		t.Errorf("views without ClickHouse: exit %d, %q", code, errOut)
 	}
 }
+
+func TestExportFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"export", "--survey", "1", "--format", "xlsx"}, exitUsage, "only csv"},
+		{[]string{"export"}, exitUsage, "--survey ID is required"},
+		{[]string{"export", "--survey", "1", "--since", "yesterday"}, exitUsage, "--since"},
+		{[]string{"export", "--survey", "1", "--parquet-dir", t.TempDir()}, exitConfig, "clickhouse.addr is empty"},
+	} {
+		code, _, errOut := cli(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.msg) {
+			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
+		}
+	}
+}

@@ -50,6 +50,7 @@ Usage:
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
+  surveysync export --survey ID [--output FILE] [--since TIME] [--bom]   a survey's wide view as CSV (ClickHouse)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -171,6 +172,21 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return views(ctx, cfg, f, stdout, stderr)
+	case "export":
+		var f exportFlags
+		cfg, _, code := load(command{name: "export", configFlags: sinkFlags,
+			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV, streamed: memory does not grow with the survey. Arrays are JSON, NULL is empty, times are UTC.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
+				fs.StringVar(&f.format, "format", "csv", "csv")
+				fs.StringVarP(&f.output, "output", "o", "", "the file to write (default: standard output)")
+				fs.StringVar(&f.since, "since", "", "only responses read from the service at or after this time (2006-01-02 or RFC 3339): an increment")
+				fs.BoolVar(&f.bom, "bom", false, "start with a UTF-8 byte order mark (for Excel)")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return export(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags,

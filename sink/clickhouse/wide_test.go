@@ -1,7 +1,11 @@
 package clickhouse
 
 import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"sort"
 	"strconv"
@@ -199,6 +203,12 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareWide(t, s, truth)
+	// --since: every response was read at now.
+	for since, wantN := range map[time.Time]int{now: len(truth), now.Add(time.Second): 0} {
+		if n, err := s.ExportWideCSV(ctx, io.Discard, 4574, ExportOptions{Since: since}); err != nil || n != wantN {
+			t.Errorf("export since %s: %d records (%v), want %d", since, n, err, wantN)
+		}
+	}
 	vs, err := s.WideViews(ctx)
 	if err != nil || len(vs) != 1 || vs[0].SurveyID != 4574 || len(vs[0].Columns) != len(cols) || vs[0].View != view {
 		t.Errorf("WideViews: %v %+v", err, vs)
@@ -308,6 +318,8 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 		}
 		want[id] = row
 	}
+
+	compareCSV(t, s, want)
 
 	rows, err := s.Conn().Query(ctx, "SELECT * FROM "+s.table(WideViewName(4574)))
 	if err != nil {
@@ -439,5 +451,57 @@ func TestWideViewOfAnOlderWarehouse(t *testing.T) {
 	if err := s2.Conn().QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ?",
 		s.Database(), WideViewName(4574)).Scan(&n); err != nil || n != uint64(len(wideResponseColumns)+len(got)) {
 		t.Errorf("view has %d columns (%v), want %d", n, err, len(wideResponseColumns)+len(got))
+	}
+}
+
+// compareCSV checks the CSV export of survey 4574 against want (the pivot
+// of compareWide, in its canonical form: arrays "[a|b]", NULL "NULL").
+func compareCSV(t *testing.T, s *Sink, want map[string]map[string]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := s.ExportWideCSV(ctxT(t), &buf, 4574, ExportOptions{BOM: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(buf.Bytes(), []byte("\ufeff")) {
+		t.Error("no BOM")
+	}
+	recs, err := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(buf.Bytes(), []byte("\ufeff")))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(want) || len(recs) != len(want)+1 {
+		t.Fatalf("export: %d records (%d lines), want %d", n, len(recs), len(want))
+	}
+	header := recs[0]
+	bad := 0
+	for _, rec := range recs[1:] {
+		row := map[string]string{}
+		for i, v := range rec {
+			row[header[i]] = v
+		}
+		w, ok := want[row["response_id"]]
+		if !ok {
+			t.Errorf("export: response %s is not current", row["response_id"])
+			continue
+		}
+		for col, wv := range w {
+			gv := row[col]
+			switch {
+			case wv == "NULL":
+				wv = ""
+			case strings.HasPrefix(wv, "[") && strings.HasSuffix(wv, "]"):
+				var vs []string
+				if err := json.Unmarshal([]byte(gv), &vs); err != nil {
+					t.Errorf("export: %s of %s: %q is not a JSON array", col, row["response_id"], gv)
+					continue
+				}
+				gv = "[" + strings.Join(vs, "|") + "]"
+			}
+			if gv != wv && bad < 20 {
+				bad++
+				t.Errorf("export: response %s column %s = %q, want %q", row["response_id"], col, gv, wv)
+			}
+		}
 	}
 }
