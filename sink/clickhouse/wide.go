@@ -318,7 +318,7 @@ FROM
         r_date_created AS date_created, r_date_completed AS date_completed, r_total_time AS total_time,
         r_distribution_id AS distribution_id, r_contact_id AS contact_id, r_contact_id_hash AS contact_id_hash,
         r_ip_address AS ip_address, r_url_names AS `+"`url_parameters.name`"+`, r_url_values AS `+"`url_parameters.value`"+`,
-        r_synced_at AS synced_at, r_version AS _version
+        r_synced_at AS synced_at, r_version_`+wideFormat+` AS _version
     FROM
     (
         SELECT
@@ -329,7 +329,7 @@ FROM
             argMax(contact_id, _version) AS r_contact_id, argMax(contact_id_hash, _version) AS r_contact_id_hash,
             argMax(ip_address, _version) AS r_ip_address, argMax(url_parameters.name, _version) AS r_url_names,
             argMax(url_parameters.value, _version) AS r_url_values, argMax(synced_at, _version) AS r_synced_at,
-            argMax(is_deleted, _version) AS r_is_deleted, max(_version) AS r_version
+            argMax(is_deleted, _version) AS r_is_deleted, max(_version) AS r_version_`+wideFormat+`
         FROM %s.responses
         WHERE survey_id = %d
         GROUP BY response_id
@@ -529,7 +529,12 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 				s.wideFailed(id, now, "reading wide_columns", err)
 				continue
 			}
-			s.wide.stale[id] = true // created or replaced once per process
+			// Replaced once per process unless it is already what this
+			// surveysync would create (a start does not re-create every
+			// view: ON CLUSTER statements take seconds each).
+			if !s.wideViewCurrent(ctx, id) {
+				s.wide.stale[id] = true
+			}
 			// Fresh columns may have been recorded by an earlier run.
 			var still []WideColumn
 			for _, c := range fresh[id] {
@@ -583,6 +588,40 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 		s.log.Info("wide view replaced", "view", s.table(WideViewName(id)), "columns", len(s.wide.cols[id]),
 			"took", time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// wideFormat marks the views this code creates (in an alias of the view's
+// query): change it when wideSelect changes, and running daemons' views are
+// replaced at their next start.
+const wideFormat = "w1"
+
+// wideViewCurrent reports whether survey id's view exists with the known
+// columns, in order, and this code's format; the caller holds s.wide.mu.
+func (s *Sink) wideViewCurrent(ctx context.Context, id int64) bool {
+	var query string
+	if err := s.conn.QueryRow(ctx, "SELECT create_table_query FROM system.tables WHERE database = ? AND name = ?",
+		s.opts.Database, WideViewName(id)).Scan(&query); err != nil || !strings.Contains(query, "r_version_"+wideFormat) {
+		return false
+	}
+	var names []string
+	rows, err := s.conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
+		s.opts.Database, WideViewName(id))
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if rows.Scan(&n) != nil {
+			return false
+		}
+		names = append(names, n)
+	}
+	want := append([]string(nil), wideResponseColumns...)
+	for _, c := range s.wide.cols[id] {
+		want = append(want, c.Name)
+	}
+	return rows.Err() == nil && strings.Join(names, "\x00") == strings.Join(want, "\x00")
 }
 
 // wideRetry is how long a survey's wide view is left alone after a failure

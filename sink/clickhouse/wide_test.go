@@ -505,3 +505,35 @@ func compareCSV(t *testing.T, s *Sink, want map[string]map[string]string) {
 		}
 	}
 }
+
+// TestWideViewKeptAcrossRestart: a new daemon (Sink) whose first write
+// brings nothing new leaves the view as it is (no DDL per survey at every
+// start).
+func TestWideViewKeptAcrossRestart(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := ctxT(t)
+	writeBatch(t, s, []testResponse{{ID: guid(1), SurveyID: 4574, Version: 1, Answers: 3}})
+	created := func() (m time.Time) {
+		t.Helper()
+		if err := s.Conn().QueryRow(ctx, "SELECT metadata_modification_time FROM system.tables WHERE database = ? AND name = ?",
+			s.Database(), WideViewName(4574)).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	before := created()
+	time.Sleep(1100 * time.Millisecond)
+	s2, err := Open(ctx, testOptions(s.Database()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	writeBatch(t, s2, []testResponse{{ID: guid(2), SurveyID: 4574, Version: 2, Answers: 3}})
+	if after := created(); !after.Equal(before) {
+		t.Errorf("view re-created at %s (was %s) though nothing changed", after, before)
+	}
+	writeBatch(t, s2, []testResponse{{ID: guid(3), SurveyID: 4574, Version: 3, Answers: 4}}) // q3 is new
+	if after := created(); after.Equal(before) {
+		t.Error("view not replaced for a new question")
+	}
+}
