@@ -101,7 +101,7 @@ func TestExportFlags(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"export", "--survey", "1", "--format", "xlsx"}, exitUsage, "only csv"},
+		{[]string{"export", "--survey", "1", "--format", "xlsx"}, exitUsage, "want csv or parquet"},
 		{[]string{"export"}, exitUsage, "--survey ID is required"},
 		{[]string{"export", "--survey", "1", "--since", "yesterday"}, exitUsage, "--since"},
 		{[]string{"export", "--survey", "1", "--parquet-dir", t.TempDir()}, exitConfig, "clickhouse.addr is empty"},

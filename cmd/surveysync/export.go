@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -23,11 +24,11 @@ type exportFlags struct {
 	bom    bool
 }
 
-// export writes a survey's wide view to CSV, streaming (docs/schema.md,
-// "Wide tables"). Only CSV from ClickHouse for now.
+// export writes a survey's wide view to CSV or Parquet, streaming
+// (docs/schema.md, "Wide tables"), from ClickHouse.
 func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stderr io.Writer) int {
-	if f.format != "csv" {
-		fmt.Fprintf(stderr, "surveysync export: --format %s: only csv is supported (Parquet export is not built yet)\n", f.format)
+	if f.format != "csv" && f.format != "parquet" {
+		fmt.Fprintf(stderr, "surveysync export: --format %s: want csv or parquet\n", f.format)
 		return exitUsage
 	}
 	if f.survey == 0 {
@@ -72,7 +73,18 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		file, out, name = tmp, tmp, f.output
 	}
 	start := time.Now()
-	n, err := s.ExportWideCSV(ctx, out, f.survey, o)
+	// Buffered, and not an io.Closer: the Parquet writer must not close
+	// the file before it is renamed.
+	bw := bufio.NewWriterSize(out, 256<<10)
+	var n int
+	if f.format == "parquet" {
+		n, err = s.ExportWideParquet(ctx, bw, f.survey, o)
+	} else {
+		n, err = s.ExportWideCSV(ctx, bw, f.survey, o)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
 	if err == nil && file != nil {
 		if err = file.Close(); err == nil {
 			err = os.Rename(file.Name(), f.output)

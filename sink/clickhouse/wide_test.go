@@ -15,7 +15,10 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/apache/arrow/go/v17/arrow/array"
 	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow/go/v17/parquet/file"
+	"github.com/apache/arrow/go/v17/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -320,6 +323,7 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 	}
 
 	compareCSV(t, s, want)
+	compareParquet(t, s, want)
 
 	rows, err := s.Conn().Query(ctx, "SELECT * FROM "+s.table(WideViewName(4574)))
 	if err != nil {
@@ -535,5 +539,75 @@ func TestWideViewKeptAcrossRestart(t *testing.T) {
 	writeBatch(t, s2, []testResponse{{ID: guid(3), SurveyID: 4574, Version: 3, Answers: 4}}) // q3 is new
 	if after := created(); after.Equal(before) {
 		t.Error("view not replaced for a new question")
+	}
+}
+
+// compareParquet checks the Parquet export of survey 4574 against want.
+func compareParquet(t *testing.T, s *Sink, want map[string]map[string]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := s.ExportWideParquet(ctxT(t), &buf, 4574, ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdr, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdr.Close()
+	fr, err := pqarrow.NewFileReader(rdr, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := fr.ReadTable(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	if n != len(want) || int(tbl.NumRows()) != len(want) {
+		t.Fatalf("parquet export: %d rows (table %d), want %d", n, tbl.NumRows(), len(want))
+	}
+	tr := array.NewTableReader(tbl, 1000)
+	defer tr.Release()
+	bad := 0
+	for tr.Next() {
+		rec := tr.Record()
+		for i := 0; i < int(rec.NumRows()); i++ {
+			row := map[string]string{}
+			for c, f := range rec.Schema().Fields() {
+				col := rec.Column(c)
+				var v string
+				switch a := col.(type) {
+				case *array.String:
+					v = a.Value(i)
+				case *array.Int64:
+					v = "NULL"
+					if a.IsValid(i) {
+						v = strconv.FormatInt(a.Value(i), 10)
+					}
+				case *array.List:
+					start, end := a.ValueOffsets(i)
+					vs := []string{}
+					for k := start; k < end; k++ {
+						vs = append(vs, a.ListValues().(*array.String).Value(int(k)))
+					}
+					v = "[" + strings.Join(vs, "|") + "]"
+				default:
+					continue
+				}
+				row[f.Name] = v
+			}
+			w, ok := want[row["response_id"]]
+			if !ok {
+				t.Errorf("parquet export: response %s is not current", row["response_id"])
+				continue
+			}
+			for col, wv := range w {
+				if row[col] != wv && bad < 20 {
+					bad++
+					t.Errorf("parquet export: response %s column %s = %q, want %q", row["response_id"], col, row[col], wv)
+				}
+			}
+		}
 	}
 }
