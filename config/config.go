@@ -17,7 +17,10 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -36,6 +39,7 @@ type Config struct {
 	Demo       Demo       `koanf:"demo"`
 	Feeds      []Feed     `koanf:"feeds"`
 	Privacy    Privacy    `koanf:"privacy"`
+	HA         HA         `koanf:"ha"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -158,6 +162,39 @@ type Metrics struct {
 // Shutdown is the two-phase stop: drain for DrainTimeout, then abandon.
 type Shutdown struct {
 	DrainTimeout time.Duration `koanf:"drain_timeout"`
+}
+
+// HA is high availability: several daemons for one account elect a leader
+// on ZooKeeper (or ClickHouse Keeper); only the leader polls, reconciles,
+// runs the feeds and copies files, every one receives webhooks
+// (docs/operations.md, "High availability"). Off while Servers is empty.
+type HA struct {
+	Servers        []string      `koanf:"servers"`         // ZooKeeper host:port list; empty: no election
+	SessionTimeout time.Duration `koanf:"session_timeout"` // a dead leader is replaced after about this long
+	Root           string        `koanf:"root"`            // znode of this account's election; empty: HARoot's default
+	Instance       string        `koanf:"instance"`        // this daemon's name in the election; empty: the host name
+}
+
+// Enabled reports whether the daemon takes part in a leader election.
+func (h HA) Enabled() bool { return len(h.Servers) > 0 }
+
+// HARoot is ha.root, or its default: /surveysync/<sink>-<hash>, where the
+// sink is the ClickHouse database (or "parquet") and the hash (16 hex
+// digits of SHA-256) is over api.base_url and the sink's identity (the
+// ClickHouse database and cluster, or the Parquet directory as configured).
+// Daemons of one account share the base URL and the warehouse, so they meet
+// under one root without configuring it; the token is not part of it (it
+// may be rotated one daemon at a time, and it is a secret).
+func (c *Config) HARoot() string {
+	if c.HA.Root != "" {
+		return c.HA.Root
+	}
+	name, ident := "parquet", "parquet:"+c.Parquet.Dir
+	if len(c.ClickHouse.Addr) > 0 {
+		name, ident = c.ClickHouse.Database, "clickhouse:"+c.ClickHouse.Database+"@"+c.ClickHouse.Cluster
+	}
+	sum := sha256.Sum256([]byte(strings.TrimRight(c.API.BaseURL.Value(), "/") + "\n" + ident))
+	return "/surveysync/" + name + "-" + hex.EncodeToString(sum[:8])
 }
 
 // Log configures log/slog.
@@ -345,6 +382,7 @@ func defaults() *Config {
 		},
 		Metrics:  Metrics{Listen: "127.0.0.1:9464"},
 		Shutdown: Shutdown{DrainTimeout: 30 * time.Second},
+		HA:       HA{Servers: []string{}, SessionTimeout: 10 * time.Second},
 		Log:      Log{Level: "info", Format: "text"},
 		Demo: Demo{Emulator: Emulator{
 			Listen:             "127.0.0.1:0",

@@ -758,3 +758,52 @@ func TestNewUserEnvAndSetMistakes(t *testing.T) {
 		t.Errorf("feeds[1].http.listen = %q", c.Feeds[1].HTTP.Listen)
 	}
 }
+
+func TestHA(t *testing.T) {
+	c, err := Load("", []string{
+		"SURVEYSYNC_API__TOKEN=t", "SURVEYSYNC_API__BASE_URL=https://api.example.com/v1", "SURVEYSYNC_API__USER_AGENT=acme (data@acme.example)",
+		"SURVEYSYNC_HA__SERVERS=zk1:2181,zk2:2181", "SURVEYSYNC_HA__SESSION_TIMEOUT=6s",
+		"SURVEYSYNC_HA__INSTANCE=node-a", "SURVEYSYNC_CLICKHOUSE__ADDR=127.0.0.1:9000",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.HA.Enabled() || len(c.HA.Servers) != 2 || c.HA.SessionTimeout != 6*time.Second || c.HA.Instance != "node-a" {
+		t.Fatalf("ha = %+v", c.HA)
+	}
+	root := c.HARoot()
+	if !strings.HasPrefix(root, "/surveysync/surveysync-") || len(root) != len("/surveysync/surveysync-")+16 {
+		t.Fatalf("default root %q", root)
+	}
+	// The token is no part of the root; the base URL and database are.
+	c2 := *c
+	c2.API.Token = "another"
+	if c2.HARoot() != root {
+		t.Error("the root depends on the token")
+	}
+	c2.ClickHouse.Database = "other"
+	if c2.HARoot() == root {
+		t.Error("the root does not depend on the database")
+	}
+	c2 = *c
+	c2.HA.Root = "/mine/acme"
+	if c2.HARoot() != "/mine/acme" {
+		t.Error("ha.root not used")
+	}
+	if d := Default(); d.HA.Enabled() || d.HA.SessionTimeout != 10*time.Second {
+		t.Errorf("defaults: %+v", d.HA)
+	}
+
+	for _, tc := range []struct{ env, want string }{
+		{"SURVEYSYNC_HA__SERVERS=zk1", "ha.servers[0]"},
+		{"SURVEYSYNC_HA__SESSION_TIMEOUT=100ms", "ha.session_timeout must be between 1s and 5m"},
+		{"SURVEYSYNC_HA__ROOT=relative/path", "ha.root must be an absolute znode path"},
+		{"SURVEYSYNC_HA__ROOT=/a/", "ha.root must be an absolute znode path"},
+		{"SURVEYSYNC_HA__INSTANCE=a\tb", "ha.instance must be at most 200 printable"},
+	} {
+		_, err := Load("", []string{"SURVEYSYNC_API__TOKEN=t", "SURVEYSYNC_API__BASE_URL=https://api.example.com/v1", "SURVEYSYNC_API__USER_AGENT=acme (data@acme.example)", tc.env}, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.env, err, tc.want)
+		}
+	}
+}

@@ -96,7 +96,11 @@ func Load(path string, env []string, fs *pflag.FlagSet) (*Config, error) {
 
 // LoadWarnings is Load that also returns warnings: SURVEYSYNC_* variables
 // that set no configuration key and are ignored.
-func LoadWarnings(path string, env []string, fs *pflag.FlagSet) (*Config, []string, error) {
+func LoadWarnings(path string, env []string, fs *pflag.FlagSet, opts ...LoadOption) (*Config, []string, error) {
+	var lo loadOptions
+	for _, o := range opts {
+		o(&lo)
+	}
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(defaultsMap(), ""), nil); err != nil {
 		return nil, nil, fmt.Errorf("config defaults: %w", err)
@@ -146,7 +150,7 @@ func LoadWarnings(path string, env []string, fs *pflag.FlagSet) (*Config, []stri
 		c.Demo.Emulator.Enabled = true
 	}
 	c.resolve()
-	if probs := c.problems(); len(probs) > 0 {
+	if probs := lo.filter(c.problems()); len(probs) > 0 {
 		errs := make([]error, len(probs))
 		for i, p := range probs {
 			errs[i] = p.locate(sources)
@@ -154,6 +158,35 @@ func LoadWarnings(path string, env []string, fs *pflag.FlagSet) (*Config, []stri
 		return nil, warnings, errors.Join(errs...)
 	}
 	return c, warnings, nil
+}
+
+// LoadOption changes what LoadWarnings requires of a configuration.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	withoutAPI bool
+}
+
+// WithoutAPI is for the commands that never call the survey service
+// (status, query, feed uncertain and resolve, copy-from): api.token and
+// api.user_agent, which only the API client uses, are neither required nor
+// checked, so an operator can run them without the daemon's secrets.
+func WithoutAPI() LoadOption { return func(o *loadOptions) { o.withoutAPI = true } }
+
+// apiOnly are the keys only the API client reads.
+var apiOnly = []string{"api.token", "api.user_agent"}
+
+func (o loadOptions) filter(probs problems) problems {
+	if !o.withoutAPI {
+		return probs
+	}
+	out := probs[:0]
+	for _, p := range probs {
+		if !slices.Contains(apiOnly, p.path) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // fileLines maps every key path of a YAML file to its line.

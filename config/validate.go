@@ -74,6 +74,7 @@ func (c *Config) problems() problems {
 	c.validateFeeds(&p)
 	c.validatePrivacy(&p)
 	c.validateListeners(&p)
+	c.validateHA(&p)
 	return p
 }
 
@@ -566,4 +567,25 @@ func sortedStrings(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+var haRootRe = regexp.MustCompile(`^(/[A-Za-z0-9_.-]+)+$`)
+
+func (c *Config) validateHA(p *problems) {
+	h := &c.HA
+	for i, a := range h.Servers {
+		hostPort(p, fmt.Sprintf("ha.servers[%d]", i), a)
+	}
+	if h.SessionTimeout < time.Second || h.SessionTimeout > 5*time.Minute {
+		p.add("ha.session_timeout", "must be between 1s and 5m (got %s; ZooKeeper grants 2 to 20 of its ticks, 4s to 40s by default)", FormatDuration(h.SessionTimeout))
+	}
+	if h.Root != "" && (!haRootRe.MatchString(h.Root) || slices.Contains(strings.Split(h.Root, "/"), "zookeeper")) {
+		p.add("ha.root", "must be an absolute znode path of letters, digits, _ . - such as /surveysync/acme, outside /zookeeper (got %q)", h.Root)
+	}
+	if len(h.Instance) > 200 || strings.ContainsFunc(h.Instance, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		p.add("ha.instance", "must be at most 200 printable characters (got %q)", h.Instance)
+	}
+	if h.Enabled() && c.Demo.Emulator.Enabled {
+		p.add("ha.servers", "is set with demo.emulator.enabled: each daemon would sync its own emulator; point api.base_url at one service instead")
+	}
 }

@@ -256,7 +256,7 @@ func familyOf(name string, known func(string) bool) string {
 // docMetric is a row of docs/metrics.md.
 type docMetric struct {
 	name string
-	when string // always, clickhouse, webhooks, feeds, files, first event
+	when string // always, clickhouse, webhooks, feeds, files, ha, first event
 }
 
 var docRowRe = regexp.MustCompile("^\\| `(surveysync_[a-z0-9_]+)` \\| ([a-z]+) \\|[^|]*\\| ([a-z ]+) \\| ")
@@ -277,7 +277,7 @@ func loadMetricsDoc(t *testing.T) map[string]docMetric {
 			t.Fatalf("docs/metrics.md:%d: row not in the form | `name` | type | labels | when | meaning |", i+1)
 		}
 		switch m[3] {
-		case "always", "clickhouse", "webhooks", "feeds", "files", "first event":
+		case "always", "clickhouse", "webhooks", "feeds", "files", "ha", "first event":
 		default:
 			t.Fatalf("docs/metrics.md:%d: unknown 'when' %q", i+1, m[3])
 		}

@@ -8,13 +8,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/netutil"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/internal/permanent"
 )
 
@@ -113,9 +113,16 @@ func (r *Receiver) Addr() string {
 func (r *Receiver) Started() <-chan struct{} { return r.started }
 
 // Ready reports whether the receiver can accept webhooks: Run has opened the
-// spool, is not stopping, the spool is below its caps, the last spool write
-// succeeded and the spool directory is writable. For /readyz: a load
-// balancer then sends the service's retries to a daemon that can take them.
+// spool, is not stopping, the spool is below its caps and the spool
+// directory takes a durable write now. For /readyz: a load balancer then
+// sends the service's retries to a daemon that can take them.
+//
+// Writability is probed on every call (a block written and synced, so a
+// full disk fails it too), not remembered: a load balancer that routes by
+// readiness sends no webhook to a daemon that is not ready, so a failed
+// spool write must not keep it unready once the disk is freed. When the
+// probe succeeds after a failed write, the failure is forgotten (and a
+// line logged); the next write starts a new segment.
 func (r *Receiver) Ready() error {
 	select {
 	case <-r.started:
@@ -130,18 +137,23 @@ func (r *Receiver) Ready() error {
 	if n, b := r.spooled.Load(), r.spoolB.Load(); n >= int64(r.s.SpoolMaxEvents) || b >= r.s.SpoolMaxBytes {
 		return fmt.Errorf("webhookrx: spool full (%d events, %d bytes)", n, b)
 	}
+	if err := atomicfile.ProbeWritable(r.s.SpoolDir); err != nil {
+		r.errMu.Lock()
+		last := r.spoolErr
+		r.errMu.Unlock()
+		if last != nil {
+			return fmt.Errorf("webhookrx: spool dir: %w (last spool write failed: %v)", err, last)
+		}
+		return fmt.Errorf("webhookrx: spool dir: %w", err)
+	}
 	r.errMu.Lock()
-	err := r.spoolErr
+	last := r.spoolErr
+	r.spoolErr = nil
 	r.errMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("webhookrx: last spool write failed: %w", err)
+	if last != nil {
+		r.s.logger.Info("webhook spool writable again: ready", "dir", r.s.SpoolDir, "last_error", last.Error())
 	}
-	f, err := os.CreateTemp(r.s.SpoolDir, ".ready-*")
-	if err != nil {
-		return fmt.Errorf("webhookrx: spool dir not writable: %w", err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
+	return nil
 }
 
 func (r *Receiver) setSpoolErr(err error) {

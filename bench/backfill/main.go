@@ -6,6 +6,17 @@
 //
 //	go run ./bench/backfill -clickhouse 127.0.0.1:9000 -surveys 10 -responses 100000
 //
+// With -cluster it backfills into a ClickHouse cluster instead (issue 17):
+// -clickhouse then lists every node (comma-separated, the daemon's
+// clickhouse.addr), the raw insert is skipped, and after the daemon exits it
+// reports the rows on each node (count() of responses_local and
+// answers_local, one connection per node) and the replica lag: the time from
+// the daemon's exit until SYSTEM SYNC REPLICA has returned on every node and
+// every replica's counts equal its peer's.
+//
+//	go run ./bench/backfill -cluster surveysync_cluster \
+//	    -clickhouse 127.0.0.1:9701,127.0.0.1:9702,127.0.0.1:9703,127.0.0.1:9704 -surveys 10 -responses 100000
+//
 // It builds both binaries into a temp folder and drops its database at the end
 // (-keep keeps it).
 package main
@@ -33,7 +44,8 @@ import (
 )
 
 func main() {
-	addr := flag.String("clickhouse", os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR"), "ClickHouse native address")
+	addr := flag.String("clickhouse", os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR"), "ClickHouse native address; with -cluster, every node's, comma-separated")
+	cluster := flag.String("cluster", "", "clickhouse.cluster: backfill into this cluster (a name from <remote_servers>)")
 	surveys := flag.Int("surveys", 10, "surveys in the emulator")
 	responses := flag.Int("responses", 100_000, "responses per survey")
 	fetch := flag.Int("fetch-concurrency", 32, "sync.fetch_concurrency")
@@ -44,12 +56,18 @@ func main() {
 	if *addr == "" {
 		log.Fatal("set -clickhouse or SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
 	}
-	if err := run(*addr, *surveys, *responses, *fetch, *maxRows, *rawRows, *keep); err != nil {
+	var addrs []string
+	for _, a := range strings.Split(*addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if err := run(addrs, *cluster, *surveys, *responses, *fetch, *maxRows, *rawRows, *keep); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr string, surveys, responses, fetch, maxRows, rawRows int, keep bool) error {
+func run(addrs []string, cluster string, surveys, responses, fetch, maxRows, rawRows int, keep bool) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "surveysync-bench-")
 	if err != nil {
@@ -78,12 +96,25 @@ func run(addr string, surveys, responses, fetch, maxRows, rawRows int, keep bool
 	}
 
 	db := fmt.Sprintf("bench_backfill_%d", time.Now().Unix())
-	conn, err := ch.Open(&ch.Options{Addr: []string{addr}})
+	conn, err := ch.Open(&ch.Options{Addr: addrs})
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if !keep {
+	var nodes []*node
+	if cluster != "" {
+		if nodes, err = openNodes(ctx, addrs); err != nil {
+			return err
+		}
+		defer func() {
+			for _, n := range nodes {
+				if !keep {
+					_ = n.conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
+				}
+				n.conn.Close()
+			}
+		}()
+	} else if !keep {
 		defer conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
 	}
 	ids := make([]string, surveys)
@@ -100,6 +131,7 @@ surveys: [%s]
 clickhouse:
   addr: [%s]
   database: %s
+  cluster: "%s"
 metrics:
   listen: ""
 sync:
@@ -108,14 +140,18 @@ sync:
   batch:
     max_rows: %d
     max_delay: 2s
-`, port, fetch, strings.Join(ids, ", "), addr, db, fetch, maxRows)
+`, port, fetch, strings.Join(ids, ", "), strings.Join(addrs, ", "), db, cluster, fetch, maxRows)
 	cfgPath := filepath.Join(dir, "bench.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 
 	total := surveys * responses
-	fmt.Printf("backfill: %d surveys × %d responses = %d responses, fetch_concurrency %d, max_rows %d\n", surveys, responses, total, fetch, maxRows)
+	target := "single server " + addrs[0]
+	if cluster != "" {
+		target = fmt.Sprintf("cluster %s (%d nodes)", cluster, len(nodes))
+	}
+	fmt.Printf("backfill into %s: %d surveys × %d responses = %d responses, fetch_concurrency %d, max_rows %d\n", target, surveys, responses, total, fetch, maxRows)
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(dir, "surveysync"), "run", "--config", cfgPath, "--exit-when-synced")
 	logf, _ := os.Create(filepath.Join(os.TempDir(), "surveysync-bench.log"))
@@ -144,6 +180,13 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	var lag string
+	if cluster != "" {
+		// First, before anything else loads the nodes: the replicas catch up.
+		if lag, err = replicaLag(ctx, nodes, db); err != nil {
+			return err
+		}
+	}
 	var nResp, nAns uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM "+db+".responses_current").Scan(&nResp); err != nil {
 		return err
@@ -155,6 +198,21 @@ wait:
 	ansRate := float64(nAns) / elapsed.Seconds()
 	fmt.Printf("end to end: %d responses, %d answers rows in %s: %.0f responses/s, %.0f answers/s; daemon peak RSS %d MB\n",
 		nResp, nAns, elapsed.Round(time.Millisecond), respRate, ansRate, peak/1024)
+	fmt.Printf("CPU time: daemon %s, emulator %s (wall %s, 2 cores = %s)\n",
+		(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Round(100*time.Millisecond),
+		cpuTime(simCmd.Process.Pid).Round(100*time.Millisecond), elapsed.Round(100*time.Millisecond), (2 * elapsed).Round(100*time.Millisecond))
+	if up, ok := startedAt(logf.Name()); ok && up.After(start) {
+		startup := up.Sub(start)
+		fmt.Printf("of which start-up (connect, migrations) %s; after it: %.0f responses/s\n",
+			startup.Round(time.Millisecond), float64(nResp)/(elapsed-startup).Seconds())
+	}
+	if cluster != "" {
+		fmt.Print(lag)
+		return rowsPerShard(ctx, nodes, db, nAns)
+	}
+	if rawRows <= 0 {
+		return nil
+	}
 
 	raw, err := rawInsert(ctx, conn, db, rawRows)
 	if err != nil {
@@ -267,6 +325,44 @@ func rawInsert(ctx context.Context, conn driver.Conn, db string, n int) (float64
 		}
 	}
 	return float64(rows) / time.Since(start).Seconds(), nil
+}
+
+// startedAt is the time of the daemon's "surveysync started" log line
+// (after its migrations).
+func startedAt(logPath string) (time.Time, bool) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `msg="surveysync started"`) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		return t, err == nil
+	}
+	return time.Time{}, false
+}
+
+// cpuTime is the user + system time of a running process (/proc/pid/stat).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
 func vmHWM(pid int) int64 {

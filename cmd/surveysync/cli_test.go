@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/surveysync/surveysync/internal/zktest"
 )
 
 func cli(t *testing.T, args ...string) (int, string, string) {
@@ -110,5 +113,26 @@ func TestExportFlags(t *testing.T) {
 		if code != c.code || !strings.Contains(errOut, c.msg) {
 			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
 		}
+	}
+}
+
+// doctor checks the ha servers: a live ZooKeeper passes (and the election
+// is described), a closed port fails naming ha.servers.
+func TestDoctorChecksHAServers(t *testing.T) {
+	zkAddr := zktest.Addr(t)
+	e := newEmulator(t, simOptions(1, 10))
+	path := writeConfig(t, e, nil, fmt.Sprintf("ha:\n  servers: [%s]\n  root: /surveysync-test/doctor-%s\n", zkAddr, randHex(4)))
+	code, out, errOut := cli(t, "doctor", "--config", path)
+	if code != 0 || !strings.Contains(out, "ok    ha servers "+zkAddr) || !strings.Contains(out, "info  ha: no instance campaigns yet") {
+		t.Fatalf("doctor with ZooKeeper at %s: %d\n%s\n%s", zkAddr, code, out, errOut)
+	}
+	closed := freePort(t)
+	bad := strings.Replace(readFile(t, path), zkAddr, fmt.Sprintf("127.0.0.1:%d", closed), 1)
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = cli(t, "doctor", "--config", path)
+	if code == 0 || !strings.Contains(out, "FAIL  ha servers") || !strings.Contains(out, "fix: check ha.servers") {
+		t.Fatalf("doctor with no ZooKeeper: %d\n%s", code, out)
 	}
 }

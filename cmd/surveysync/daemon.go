@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/pipeline/survey"
@@ -223,7 +224,7 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	}
 	defer d.close()
 	if cfg.Metrics.Listen != "" {
-		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, log); err != nil {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log); err != nil {
 			return err
 		}
 	}
@@ -275,6 +276,8 @@ type parts struct {
 	rx      *webhookrx.Receiver
 	feeds   *feed.Runner
 	health  *health
+	elector *ha.Elector // nil without ha: this daemon leads
+	log     *slog.Logger
 	surveys []int64
 	where   string
 	close   func() error // closes the files store
@@ -290,13 +293,16 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if err != nil {
 		return nil, err
 	}
-	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), close: func() error { return nil }}
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, close: func() error { return nil }}
 	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
 			built.close()
 		}
 	}()
+	if d.elector, err = newElector(cfg, log, reg); err != nil {
+		return nil, err
+	}
 	if cfg.Files.Enabled {
 		copier, closeStore, err := newCopier(ctx, cfg, client, wh, log, reg)
 		if err != nil {
@@ -351,7 +357,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 				}
 			}
 		}
-		if d.feeds, err = newFeedRunner(cfg, client, wh, log, reg); err != nil {
+		if d.feeds, err = newFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
 			return nil, fmt.Errorf("feeds: %w", err)
 		}
 	}
@@ -365,14 +371,14 @@ func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID surve
 	// The poller need not fetch again what is written, whoever sent it.
 	if r == nil {
 		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
-		if d.copier != nil {
+		if d.copier != nil && d.leading() {
 			d.copier.MarkDeleted(surveyID, responseID)
 		}
 		return
 	}
 	d.poller.Observe(surveyID, responseID, r.ResponseStatus)
 	d.book.seen(surveyID, r.SurveyName)
-	if d.copier != nil {
+	if d.copier != nil && d.leading() { // a new leader's copier finds the others' files in the index
 		d.copier.HandleResponse(ctx, r)
 	}
 }
@@ -387,7 +393,7 @@ func (d *parts) startWork(ctx context.Context) *errgroup.Group {
 		defer stopAfter() // the pipeline hands over no more files
 		return d.pipe.Run(ctx)
 	})
-	if d.copier != nil {
+	if d.copier != nil && d.elector == nil { // with ha, the leader runs it (runLeaderWork)
 		work.Go(func() error { return d.copier.Run(afterCtx) })
 	}
 	work.Go(func() error { return d.book.run(afterCtx, 10*time.Second) })
@@ -398,14 +404,12 @@ func (d *parts) startWork(ctx context.Context) *errgroup.Group {
 // (with exitWhenSynced) the first full pass.
 func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFlags, cfg *config.Config, stdout io.Writer) error {
 	intake, ctx := errgroup.WithContext(ctx)
-	intake.Go(func() error { return d.poller.Run(ctx) })
+	intake.Go(func() error { return d.runLeaderWork(ctx) })
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
 	}
-	if d.feeds != nil {
-		intake.Go(func() error { return d.feeds.Run(ctx) })
-	}
 	if fl.exitWhenSynced {
+		intake.Go(func() error { return watchToken(ctx, d.health.client) })
 		intake.Go(func() error {
 			if d.waitSynced(ctx) {
 				if failed := d.poller.FirstPassErrors(); len(failed) > 0 {
@@ -512,6 +516,9 @@ func (h *health) ready(ctx context.Context) error {
 	if err := h.sink.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("sink: %w", err))
 	}
+	if err := writesReady(h.writes); err != nil {
+		errs = append(errs, err)
+	}
 	for _, c := range h.checks {
 		if err := c(ctx); err != nil {
 			errs = append(errs, err)
@@ -529,12 +536,13 @@ const (
 	pprofWriteTimeout   = 2 * time.Minute
 )
 
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, log *slog.Logger) error {
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, e *ha.Elector, log *slog.Logger) error {
 	writeTimeout := metricsWriteTimeout
 	if withPprof {
 		writeTimeout = pprofWriteTimeout
 	}
 	mux := metricsMux(withPprof, reg, h)
+	serveHAStatus(mux, e)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", addr, err)

@@ -63,7 +63,7 @@ func feedOptions(cfg *config.Config, conn feed.QueryConn) ([]feed.Options, error
 }
 
 // newFeedRunner builds the feed runner with the warehouse's ledger.
-func newFeedRunner(cfg *config.Config, api feed.API, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (*feed.Runner, error) {
+func newFeedRunner(cfg *config.Config, api feed.API, wh warehouse.Warehouse, leading func() bool, log *slog.Logger, reg prometheus.Registerer) (*feed.Runner, error) {
 	ledger, err := wh.FeedLedger()
 	if err != nil {
 		return nil, fmt.Errorf("feed ledger: %w", err)
@@ -72,9 +72,16 @@ func newFeedRunner(cfg *config.Config, api feed.API, wh warehouse.Warehouse, log
 	if err != nil {
 		return nil, err
 	}
+	grace := cfg.Shutdown.DrainTimeout
+	if cfg.HA.Enabled() {
+		// A daemon that loses the lead lets its chunks in flight finish for
+		// at most this long: before another daemon can lead (fencing,
+		// docs/operations.md "High availability").
+		grace = min(grace, cfg.HA.SessionTimeout/4)
+	}
 	return feed.NewRunner(feed.RunnerOptions{
 		Feeds: opts, API: api, Ledger: ledger, Registerer: reg,
-		Logger: log.With("component", "feed"), ShutdownGrace: cfg.Shutdown.DrainTimeout,
+		Logger: log.With("component", "feed"), ShutdownGrace: grace, Leading: leading,
 	})
 }
 
@@ -111,7 +118,7 @@ func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, 
 		defer c.Close()
 		api = c
 	}
-	r, err := newFeedRunner(cfg, api, wh, log, reg)
+	r, err := newFeedRunner(cfg, api, wh, nil, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync feed run:", err)
 		return exitFail
@@ -140,7 +147,7 @@ func feedResolve(ctx context.Context, cfg *config.Config, name, as string, keys 
 		return exitFail
 	}
 	defer wh.Close()
-	r, err := newFeedRunner(cfg, nil, wh, log, reg)
+	r, err := newFeedRunner(cfg, nil, wh, nil, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync feed:", err)
 		return exitFail

@@ -79,6 +79,9 @@ type command struct {
 	configFlags []string
 	positional  int // number of positional arguments it requires (min)
 	extra       func(*pflag.FlagSet)
+	// noAPI: the command never calls the survey service, so it needs
+	// neither api.token nor api.user_agent (config.WithoutAPI).
+	noAPI bool
 }
 
 // Flags that matter to commands that only read the sink's state.
@@ -140,7 +143,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return doctor(ctx, cfg, stdout)
 	case "status":
 		cfg, _, code := load(command{name: "status", about: "Print the sync state the daemon saved in the sink: per survey and stream, watermark, lag, backfill progress, last error.",
-			configFlags: sinkFlags}, rest, stdout, stderr)
+			configFlags: sinkFlags, noAPI: true}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
@@ -148,7 +151,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "query", "inspect":
 		var q queryFlags
 		cfg, _, code := load(command{name: cmd, about: "Look at the Parquet output with no other tool: current responses (latest version, deleted excluded) per survey and status, and a sample.",
-			configFlags: []string{"parquet-dir", "log-level", "log-format"},
+			configFlags: []string{"parquet-dir", "log-level", "log-format"}, noAPI: true,
 			extra: func(fs *pflag.FlagSet) {
 				fs.Int64Var(&q.survey, "survey", 0, "only this survey id")
 				fs.IntVar(&q.sample, "sample", 5, "print this many current responses (0: none)")
@@ -189,7 +192,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return export(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
-		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags,
+		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,
 			about: "Copy every table of a surveysync database on another ClickHouse server (the single node a deployment outgrew) into the configured one (a cluster: rows go to their shards). Stop the daemon first; the source password comes from SURVEYSYNC_COPY_FROM_PASSWORD.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.StringVar(&from.database, "from-database", "surveysync", "the source database")
@@ -235,7 +238,7 @@ func feedCLI(ctx context.Context, rest []string, stdout, stderr io.Writer) int {
 		}
 		return feedRun(ctx, cfg, pos[0], dry, stdout, stderr)
 	case "uncertain":
-		cfg, pos, code := load(command{name: "feed uncertain", args: "NAME", positional: 1, configFlags: sinkFlags,
+		cfg, pos, code := load(command{name: "feed uncertain", args: "NAME", positional: 1, configFlags: sinkFlags, noAPI: true,
 			about: "List a feed's rows whose push outcome is unknown (the process stopped mid-call)."}, rest[1:], stdout, stderr)
 		if cfg == nil {
 			return code
@@ -243,7 +246,7 @@ func feedCLI(ctx context.Context, rest []string, stdout, stderr io.Writer) int {
 		return feedResolve(ctx, cfg, pos[0], "", nil, stdout, stderr)
 	case "resolve":
 		var as string
-		cfg, pos, code := load(command{name: "feed resolve", args: "NAME --as pushed|retry KEY...", positional: 2, configFlags: sinkFlags,
+		cfg, pos, code := load(command{name: "feed resolve", args: "NAME --as pushed|retry KEY...", positional: 2, configFlags: sinkFlags, noAPI: true,
 			about: "Settle uncertain rows of a feed (stop the daemon first).",
 			extra: func(fs *pflag.FlagSet) {
 				fs.StringVar(&as, "as", "", "pushed (the contact exists in the service) or retry (it does not: push it again)")
@@ -298,7 +301,11 @@ func load(c command, args []string, stdout, stderr io.Writer) (*config.Config, [
 		fmt.Fprintf(stderr, "surveysync %s: unexpected argument %q\nRun 'surveysync %s --help' for its flags.\n", c.name, pos[1], c.name)
 		return nil, nil, exitUsage
 	}
-	cfg, warnings, err := config.LoadWarnings(*path, os.Environ(), fs)
+	var opts []config.LoadOption
+	if c.noAPI {
+		opts = append(opts, config.WithoutAPI())
+	}
+	cfg, warnings, err := config.LoadWarnings(*path, os.Environ(), fs, opts...)
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "surveysync: warning:", w)
 	}

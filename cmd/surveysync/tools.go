@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/survey"
 	"github.com/surveysync/surveysync/sink/record"
@@ -40,10 +41,15 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "surveysync status:", err)
 		return exitFail
 	}
-	fmt.Fprintf(stdout, "sync state in %s\n\n", wh)
-	printStates(stdout, states, statusOptions{now: time.Now(), settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval})
+	fmt.Fprintf(stdout, "sync state in %s\n", wh)
+	now := time.Now()
+	o := statusOptions{now: now, settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval, daemon: probeDaemon(ctx, cfg)}
+	printDaemon(stdout, cfg, o, states)
+	fmt.Fprintln(stdout)
+	printStates(stdout, states, o)
 	printBudget(ctx, stdout, cfg)
 	printSinkWrites(ctx, stdout, cfg, time.Now())
+	printHA(ctx, stdout, cfg)
 	return exitOK
 }
 
@@ -51,6 +57,69 @@ type statusOptions struct {
 	now          time.Time
 	settleLag    time.Duration
 	pollInterval time.Duration
+	daemon       daemonState
+}
+
+// daemonState is whether a daemon answers on metrics.listen.
+type daemonState int
+
+const (
+	daemonUnknown daemonState = iota // metrics.listen is off: cannot tell
+	daemonRunning
+	daemonStopped // nothing answers on metrics.listen
+)
+
+// probeDaemon asks the daemon's metrics listener for /healthz.
+func probeDaemon(ctx context.Context, cfg *config.Config) daemonState {
+	addr := daemonAddr(cfg)
+	if addr == "" {
+		return daemonUnknown
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+	if err != nil {
+		return daemonUnknown
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return daemonStopped
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return daemonStopped
+	}
+	return daemonRunning
+}
+
+// lastSaved is when the daemon last saved a stream's state (zero: never).
+func lastSaved(states []pipeline.StreamState) time.Time {
+	var t time.Time
+	for _, s := range states {
+		for _, x := range []time.Time{s.UpdatedAt, s.LastRunAt} {
+			if set(x) && x.After(t) {
+				t = x
+			}
+		}
+	}
+	return t
+}
+
+// printDaemon says whether the daemon runs and how old its last saved
+// report is: the table below is that report.
+func printDaemon(w io.Writer, cfg *config.Config, o statusOptions, states []pipeline.StreamState) {
+	age := "no report saved yet"
+	if t := lastSaved(states); !t.IsZero() {
+		age = fmt.Sprintf("last report saved %s ago (%s)", roundDuration(o.now.Sub(t)), t.UTC().Format(time.RFC3339))
+	}
+	switch o.daemon {
+	case daemonRunning:
+		fmt.Fprintf(w, "daemon: running (answers on metrics.listen %s); %s\n", daemonAddr(cfg), age)
+	case daemonStopped:
+		fmt.Fprintf(w, "daemon: NOT RUNNING (nothing answers on metrics.listen %s; or it runs on another machine); %s: the table shows where it stopped, run resumes from there\n", daemonAddr(cfg), age)
+	default:
+		fmt.Fprintf(w, "daemon: unknown (metrics.listen is off); %s\n", age)
+	}
 }
 
 // set reports whether a saved time is set (ClickHouse keeps a zero time as
@@ -76,6 +145,8 @@ func lagText(s pipeline.StreamState, o statusOptions) string {
 			return fmt.Sprintf("synced (last run %s ago)", roundDuration(ago))
 		}
 		return "synced"
+	case s.InCycle() && !set(s.Watermark) && o.daemon == daemonStopped:
+		return "stopped mid-backfill"
 	case s.InCycle() && !set(s.Watermark):
 		return "backfilling"
 	case !set(s.Watermark):
@@ -96,11 +167,14 @@ func roundDuration(d time.Duration) string {
 
 // progressText is the PROGRESS column of a stream in a cycle: written of
 // listed, percent, rate and time left.
-func progressText(s pipeline.StreamState) string {
+func progressText(s pipeline.StreamState, o statusOptions) string {
 	if !s.InCycle() || s.CycleListed == 0 {
 		return "-"
 	}
 	out := fmt.Sprintf("%d/%d (%d%%)", s.CycleDone, s.CycleListed, s.CycleDone*100/s.CycleListed)
+	if o.daemon == daemonStopped {
+		return out + " stopped" // no rate or time left: nothing runs
+	}
 	rate, eta := poll.Rate(s.CycleDone, s.CycleListed, s.UpdatedAt.Sub(s.CycleStartedAt))
 	if rate > 0 {
 		out += fmt.Sprintf(" %.1f/s", rate)
@@ -314,7 +388,7 @@ func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 			lag = distrustMark + ", " + lag
 			distrusted++
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.SurveyID, s.Stream, wm, lag, last, s.Synced+s.CycleDone, progressText(s), errText)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.SurveyID, s.Stream, wm, lag, last, s.Synced+s.CycleDone, progressText(s, o), errText)
 	}
 	if len(states) == 0 {
 		fmt.Fprintln(tw, "(no stream has run yet)")
@@ -324,7 +398,9 @@ func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 		fmt.Fprintf(w, "\n%d stream(s) %s: the service's list answers (totals, pages) do not add up, so they are polled\n"+
 			"less and less often (up to every 30 min, at most 90 list calls a day each) until a pass is believed again.\n", distrusted, distrustMark)
 	}
-	if listed > 0 {
+	if listed > 0 && o.daemon == daemonStopped {
+		fmt.Fprintf(w, "\nstopped in a cycle: %d of %d listed responses were done (%d%%) when the daemon stopped; run resumes it\n", done, listed, done*100/listed)
+	} else if listed > 0 {
 		pct := done * 100 / listed
 		line := fmt.Sprintf("\nin progress: %d of %d listed responses done (%d%%)", done, listed, pct)
 		rate, eta := poll.Rate(done, listed, updated.Sub(start))
@@ -405,6 +481,19 @@ func doctor(ctx context.Context, cfg *config.Config, stdout io.Writer) int {
 		if daemonRuns && st.Failing {
 			report(fmt.Sprintf("the daemon on %s writing its batches", addr), fmt.Errorf("%s (failing for %s, %d attempts)", refusalText(cfg, st), roundDuration(time.Since(st.Since)), st.Attempts),
 				"fix the table or grants named here (the lines above say more); the daemon retries by itself, slowly, and loses nothing: docs/operations.md, \"The warehouse refuses writes\"")
+		}
+	}
+	if cfg.HA.Enabled() {
+		el, herr := ha.Probe(ctx, cfg.HA.Servers, cfg.HARoot(), 5*time.Second)
+		report(fmt.Sprintf("ha servers %s (election under %s)", strings.Join(cfg.HA.Servers, ","), cfg.HARoot()), herr,
+			"check ha.servers: the client port (usually 2181) of the ZooKeeper or ClickHouse Keeper ensemble, reachable from this machine")
+		if herr == nil {
+			switch len(el.Candidates) {
+			case 0:
+				fmt.Fprintln(stdout, "info  ha: no instance campaigns yet")
+			default:
+				fmt.Fprintf(stdout, "info  ha: %d instance(s) campaigning, %s leads\n", len(el.Candidates), el.Candidates[0])
+			}
 		}
 	}
 	if cfg.Files.Enabled {

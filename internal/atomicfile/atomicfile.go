@@ -108,3 +108,29 @@ func MkdirAll(dir string) error {
 	}
 	return SyncDir(parent)
 }
+
+// probeBytes is what ProbeWritable writes: a block, so that a full disk
+// fails the probe (an empty file needs an inode only).
+const probeBytes = 4096
+
+// ProbeWritable reports whether files can be written durably in dir now:
+// it writes a block to a temporary file (named like Write's, so a crash
+// leaves one that the callers' clean-up removes), syncs it and removes it.
+// A read-only folder or file system, a full disk or missing permissions
+// fail it. Used by readiness checks, which must see the cause gone as
+// soon as it is, without waiting for the next real write.
+func ProbeWritable(dir string) error {
+	f, err := os.CreateTemp(dir, tmpPrefix+"probe-*"+tmpSuffix)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(make([]byte, probeBytes))
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close(), os.Remove(f.Name()))
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	return nil
+}

@@ -186,7 +186,9 @@ func Open(ctx context.Context, o Options) (*Sink, error) {
 		conn: retryClosed{conn},
 		opts: o,
 		tmpl: newTmplData(o.Database, o.Cluster, !o.noOnClusterDDL),
-		log:  o.Logger.With("component", "clickhouse", "database", o.Database),
+		// The caller names the component (cmd/surveysync: "clickhouse"):
+		// naming it here too repeated the key in every line.
+		log: o.Logger.With("database", o.Database),
 	}
 	s.tmpl.ZooKeeperPrefix = o.ZooKeeperPrefix
 	if o.Unreplicated {
@@ -201,6 +203,9 @@ func Open(ctx context.Context, o Options) (*Sink, error) {
 
 func (s *Sink) open(ctx context.Context) error {
 	if err := s.conn.Ping(ctx); err != nil {
+		if hint := httpPortHint(ctx, s.opts.Addr); hint != "" {
+			return fmt.Errorf("clickhouse: %s (ping: %w)", hint, err)
+		}
 		return fmt.Errorf("clickhouse: ping %s: %w", strings.Join(s.opts.Addr, ","), err)
 	}
 	v, err := s.conn.ServerVersion()

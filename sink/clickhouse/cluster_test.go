@@ -3,15 +3,18 @@ package clickhouse
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/apache/arrow/go/v17/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/internal/chcluster"
+	"github.com/surveysync/surveysync/pipeline"
 )
 
 // TestClusterLayout builds the cluster layout (<t>_local + Distributed) on
@@ -189,4 +192,73 @@ func syncReplicas(t *testing.T, addrs []string, db string, tables ...string) {
 			}
 		}
 	})
+}
+
+// TestOpenWithANodeDown: the migrations of a fresh database wait for every
+// node; with one down, Open fails within clickhouse.ddl_timeout with an
+// error that names the cluster and what to check, and succeeds once the
+// node is back.
+func TestOpenWithANodeDown(t *testing.T) {
+	c := chcluster.FromEnv(t)
+	if onCluster() {
+		t.Skip("runs in the first pass (make test), not in test-cluster")
+	}
+	c.Lock(t)
+	c.Kill(t, 4)
+	o := Options{Addr: c.Addrs, Database: randomDB(), Cluster: c.Name, DDLTimeout: 3 * time.Second, Registerer: prometheus.NewRegistry()}
+	start := time.Now()
+	_, err := Open(ctxT(t), o)
+	if err == nil {
+		t.Fatal("Open with a node down succeeded")
+	}
+	for _, want := range []string{"ON CLUSTER " + c.Name, "did not finish on every node", "clickhouse.ddl_timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("Open took %v to fail", took)
+	}
+	c.Start(t, 4)
+	o.DDLTimeout = time.Minute
+	o.Registerer = prometheus.NewRegistry()
+	s, err := Open(ctxT(t), o)
+	if err != nil {
+		t.Fatalf("Open once the node is back: %v", err)
+	}
+	if err := dropDatabase(context.Background(), s); err != nil {
+		t.Error(err)
+	}
+	s.Close()
+}
+
+// TestUUIDShardingKeyIsARefusal: the cluster layout of earlier versions
+// (Distributed tables sharded by cityHash64(response_id), which ClickHouse
+// 18.16 cannot compute for a UUID) refused every insert with code 43. Such
+// a refusal is reported as one (table, code, message), so the pipeline
+// backs off and status, doctor and the alert name it; migration 0050
+// re-creates the tables with a key every version computes.
+func TestUUIDShardingKeyIsARefusal(t *testing.T) {
+	if !onCluster() {
+		t.Skip("needs the 2-shard cluster (make test-cluster): a one-shard cluster never computes the key")
+	}
+	s, _ := openTest(t, nil)
+	for _, stmt := range []string{
+		"DROP TABLE IF EXISTS " + s.table("responses") + s.tmpl.OnCluster,
+		"CREATE TABLE " + s.table("responses") + s.tmpl.OnCluster + " AS " + s.tmpl.Local("responses") +
+			" ENGINE = Distributed(" + s.opts.Cluster + ", " + s.Database() + ", responses_local, cityHash64(response_id))",
+	} {
+		if err := s.Conn().Exec(s.ddlCtx(ctxT(t)), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := baseTime.Add(time.Hour)
+	err := s.Write(ctxT(t), buildBatch(memory.DefaultAllocator, []testResponse{{ID: guid(1), SurveyID: 1, Version: 1, Completed: &done, Answers: 0}}))
+	var we *pipeline.WriteError
+	if !errors.As(err, &we) {
+		t.Fatalf("Write = %v, want a *pipeline.WriteError", err)
+	}
+	if !we.Refused || we.Code != 43 || we.Table != "responses" || !strings.Contains(we.Message, "cityHash64") {
+		t.Errorf("WriteError = %+v, want a refusal of responses with code 43 naming cityHash64", we)
+	}
 }

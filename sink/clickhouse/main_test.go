@@ -241,7 +241,7 @@ func skipOnCluster(t *testing.T) {
 // public name, or its _local table). In cluster mode it runs on each node
 // in turn, then waits until every replica has the merged parts
 // (OPTIMIZE … ON CLUSTER of a replicated table fails on ClickHouse 18.16
-// with "Unknown log entry type: 0").
+// with "Unknown log entry type: 0", and so, at times, does a plain one).
 func optimizeFinal(t testing.TB, s *Sink, storage string) {
 	t.Helper()
 	if s.tmpl.OnCluster == "" {
@@ -252,7 +252,11 @@ func optimizeFinal(t testing.TB, s *Sink, storage string) {
 	}
 	local := s.tmpl.Local(strings.TrimSuffix(storage, "_local"))
 	eachNode(t, func(addr string, c driver.Conn) {
-		if err := c.Exec(ctxT(t), "OPTIMIZE TABLE "+local+" FINAL"); err != nil {
+		// 18.16 may fail while it waits for the other replica to run the
+		// merge it queued ("Unknown log entry type: 0", from
+		// waitForAllReplicasToProcessLogEntry): the merge is queued, and
+		// SYSTEM SYNC REPLICA below waits for it.
+		if err := c.Exec(ctxT(t), "OPTIMIZE TABLE "+local+" FINAL"); err != nil && !strings.Contains(err.Error(), "Unknown log entry type") {
 			t.Fatalf("%s: %v", addr, err)
 		}
 	})

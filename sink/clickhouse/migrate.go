@@ -339,7 +339,20 @@ func (s *Sink) ddlCtx(ctx context.Context) context.Context {
 		return ctx
 	}
 	secs := int((s.opts.DDLTimeout + time.Second - 1) / time.Second)
-	return ch.Context(ctx, ch.WithSettings(ch.Settings{"distributed_ddl_task_timeout": secs}))
+	return ch.Context(ctx, ch.WithSettings(ch.Settings{"distributed_ddl_task_timeout": s.signedSetting(secs)}))
+}
+
+// signedSetting encodes n for a setting the server reads as a signed
+// integer. Servers older than revision 54429 (ClickHouse 18.16 among them)
+// read settings in their binary form, a signed one as a zigzag varint,
+// while clickhouse-go sends every integer as an unsigned varint: 60 would
+// arrive as 30, 3 as -2 (wait for ever). Newer servers read settings as
+// strings.
+func (s *Sink) signedSetting(n int) int {
+	if s.version.Revision <= 54429 && n >= 0 {
+		return n << 1
+	}
+	return n
 }
 
 // clusterDDLError explains an ON CLUSTER statement's failure: which

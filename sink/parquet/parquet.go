@@ -139,6 +139,9 @@ type Sink struct {
 
 const stateDirName = "_state"
 
+// sinkDirs are the sink's own folders under Dir.
+var sinkDirs = []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName}
+
 var codecs = map[string]compress.Compression{
 	"":             compress.Codecs.Zstd,
 	"zstd":         compress.Codecs.Zstd,
@@ -165,7 +168,7 @@ func Open(o Options) (*Sink, error) {
 	if s.mem == nil {
 		s.mem = memory.DefaultAllocator
 	}
-	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
+	for _, d := range sinkDirs {
 		if err := atomicfile.MkdirAll(filepath.Join(o.Dir, d)); err != nil {
 			return nil, fmt.Errorf("parquet sink: %w", err)
 		}
@@ -173,7 +176,7 @@ func Open(o Options) (*Sink, error) {
 	// Only the sink's own folders: others (the default files store) may
 	// live under Dir too.
 	removed := 0
-	for _, d := range []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName} {
+	for _, d := range sinkDirs {
 		n, err := removeTempFiles(filepath.Join(o.Dir, d))
 		if err != nil {
 			return nil, fmt.Errorf("parquet sink: clean up temporary files in %s: %w", filepath.Join(o.Dir, d), err)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"time"
 
@@ -182,6 +183,9 @@ func (s *Sink) loadSurveys() (surveysDoc, error) {
 }
 
 // readJSON decodes <dir>/_state/name into v; a missing file leaves v as is.
+// A file that does not decode (truncated, torn, overwritten) is set aside
+// (setAside) and v left as is: the state is rebuilt by reading the service
+// again, whose writes are idempotent, rather than failing every start.
 func (s *Sink) readJSON(name string, v any) error {
 	path := filepath.Join(s.dir, stateDirName, name)
 	raw, err := os.ReadFile(path)
@@ -191,9 +195,32 @@ func (s *Sink) readJSON(name string, v any) error {
 	if err != nil {
 		return fmt.Errorf("parquet sink: read %s: %w", path, err)
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("parquet sink: decode %s: %w", path, err)
+	if derr := json.Unmarshal(raw, v); derr != nil {
+		reflect.ValueOf(v).Elem().SetZero() // a type error leaves it half filled
+		return s.setAside(path, len(raw), derr)
 	}
+	return nil
+}
+
+// stateRebuilt says, per state file, what setting it aside costs.
+var stateRebuilt = map[string]string{
+	statesFile:  "every survey's streams start again from sync.backfill_from: the responses are read again and written as new versions of the same rows (idempotent); nothing is lost, it costs API calls",
+	surveysFile: "the survey names and the surveys learned from webhooks are learned again from the next responses and webhooks; the configured surveys are synced as before",
+}
+
+// setAside renames a state file that does not decode to
+// <name>.corrupt-<UTC time> beside it (kept for a post-mortem, never read
+// again) and logs what happens next.
+func (s *Sink) setAside(path string, size int, derr error) error {
+	aside := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+	if err := os.Rename(path, aside); err != nil {
+		return fmt.Errorf("parquet sink: %s does not decode (%v) and cannot be set aside: %w", path, derr, err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("parquet sink: set aside %s: %w", path, err)
+	}
+	s.log.Error("parquet sink: a local state file is corrupt (truncated or torn): set aside and rebuilt",
+		"file", path, "set_aside_as", aside, "bytes", size, "err", derr, "rebuilt", stateRebuilt[filepath.Base(path)])
 	return nil
 }
 

@@ -3,10 +3,12 @@ package parquet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/sink/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
@@ -78,8 +80,21 @@ func (w *dirWarehouse) CheckWrites(context.Context) []warehouse.WriteCheck {
 	return []warehouse.WriteCheck{c}
 }
 
-// Ping fails once the warehouse is closed.
-func (w *dirWarehouse) Ping(context.Context) error { return w.checkOpen() }
+// Ping fails once the warehouse is closed, or when a block cannot be
+// written and synced in one of the sink's folders now (a full disk, a
+// read-only folder or file system): for /readyz, which must say so while
+// every write fails, and turn ready again once the cause is gone.
+func (w *dirWarehouse) Ping(context.Context) error {
+	if err := w.checkOpen(); err != nil {
+		return err
+	}
+	for _, d := range sinkDirs {
+		if err := atomicfile.ProbeWritable(filepath.Join(w.dir, d)); err != nil {
+			return fmt.Errorf("parquet sink: %w", err)
+		}
+	}
+	return nil
+}
 
 func (w *dirWarehouse) String() string { return "Parquet files under " + w.dir }
 

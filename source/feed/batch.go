@@ -102,6 +102,7 @@ type feed struct {
 	grace   time.Duration
 	classes func(error) (state, msg string, systemic bool)
 	calls   chan struct{} // create-contact calls in flight, Concurrency slots
+	leading func() bool   // RunnerOptions.Leading; nil: always
 
 	loadMu    sync.Mutex
 	loaded    bool // loaded for real runs (open intents recorded as uncertain)
@@ -125,6 +126,8 @@ func (f *feed) version(t time.Time) uint64 {
 	f.lastVersion = v
 	return v
 }
+
+func (f *feed) isLeading() bool { return f.leading == nil || f.leading() }
 
 // ensureLoaded reads the ledger once. Intents found without a settlement
 // are recorded as uncertain (unless dry).
@@ -326,6 +329,10 @@ func (b *batchRun) read(ctx, work context.Context, next rowIter) error {
 			if b.failed.Err() != nil { // a chunk failed meanwhile, or the hard stop
 				release(c)
 				return work.Err()
+			}
+			if !b.dry && !f.isLeading() {
+				release(c)
+				return ErrNotLeading
 			}
 			entries, err := b.begin(work, c)
 			if err != nil {
@@ -592,6 +599,9 @@ func (b *batchRun) send(ctx context.Context) error {
 	if sentBefore {
 		f.log.Info("feed: send already triggered for this batch", "feed", f.opts.Name, "batch", b.id, "state", prior)
 		return nil
+	}
+	if !f.isLeading() {
+		return ErrNotLeading
 	}
 	now := f.now()
 	when, err := o.Schedule.next(now)

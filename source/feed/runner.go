@@ -32,7 +32,16 @@ type RunnerOptions struct {
 	ShutdownGrace time.Duration
 	// HTTPServer bounds the http feeds' own listeners.
 	HTTPServer HTTPServerOptions
+	// Leading, when set, is asked before each chunk's intents are recorded
+	// and before a send is triggered: false fails the batch with
+	// ErrNotLeading and nothing more is pushed (a daemon that lost the
+	// lead, docs/operations.md "High availability"). nil: always true.
+	Leading func() bool
 }
+
+// ErrNotLeading fails a batch when RunnerOptions.Leading turned false: its
+// rows not yet begun are left to the leader.
+var ErrNotLeading = errors.New("feed: this daemon no longer leads; the rest is left to the leader")
 
 // HTTPServerOptions bound an http feed listener, so that slow or many
 // clients cannot exhaust the process's file descriptors or memory (issue
@@ -124,7 +133,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		}
 		r.feeds[fo.Name] = &feed{
 			opts: fo, mapper: newMapper(&fo), api: o.API, ledger: o.Ledger, m: m,
-			log: o.Logger, now: o.Now, grace: o.ShutdownGrace, classes: classifyCall,
+			log: o.Logger, now: o.Now, grace: o.ShutdownGrace, classes: classifyCall, leading: o.Leading,
 			calls: make(chan struct{}, fo.Concurrency),
 		}
 		r.order = append(r.order, fo.Name)
@@ -173,6 +182,13 @@ func (r *Runner) handler(listen string) http.Handler {
 // logged and retried at its next tick; Run returns nil when ctx ends and
 // every goroutine has stopped, or an error if a listener cannot start.
 func (r *Runner) Run(parent context.Context) error {
+	// Each Run reads the ledgers again (at its first batch): a daemon that
+	// leads again resumes from what the previous leader recorded.
+	for _, f := range r.feeds {
+		f.loadMu.Lock()
+		f.loaded, f.loadedDry = false, false
+		f.loadMu.Unlock()
+	}
 	// Open the listeners first: a port in use fails Run before anything starts.
 	listeners := map[string]net.Listener{}
 	for _, name := range r.order {

@@ -752,3 +752,60 @@ func TestOutageStopsTheFile(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 }
+
+// TestLeadershipLostMidFile: a runner whose Leading turns false in the
+// middle of a file starts no chunk and triggers no send after it (its
+// context still running, as in a daemon paused past its lease); another
+// runner on the same ledger and folder then leads and pushes the rest:
+// every row once, one send.
+func TestLeadershipLostMidFile(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	svc.SetDelay(2 * time.Millisecond)
+	dir, ledgerDir := t.TempDir(), t.TempDir()
+	o := csvFeed(dir)
+	o.ChunkRows = 50
+	o.Interval = 50 * time.Millisecond
+	var leading atomic.Bool
+	leading.Store(true)
+	l, err := parquet.NewFileLedger(ledgerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second), Ledger: l,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leading: leading.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := genCSV(t, filepath.Join(dir, "big.csv"), 3000, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	for len(svc.Contacts(dist)) < 525 {
+		time.Sleep(time.Millisecond)
+	}
+	leading.Store(false)
+	time.Sleep(200 * time.Millisecond) // the chunks begun before finish
+	stopped := len(svc.Contacts(dist))
+	time.Sleep(300 * time.Millisecond) // several ticks of a's loop
+	if n := len(svc.Contacts(dist)); n != stopped || stopped >= len(good) {
+		t.Fatalf("a pushed %d → %d after losing the lead (of %d)", stopped, n, len(good))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if n := len(svc.Sends()); n != 0 {
+		t.Fatalf("a triggered %d sends", n)
+	}
+	svc.SetDelay(0)
+	b := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
+	if err := b.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	if n := len(svc.Sends()); n != 1 {
+		t.Fatalf("sends %d", n)
+	}
+}

@@ -245,6 +245,7 @@ type Poller struct {
 	firstPending map[int64]bool  // configured surveys whose first cycle is not done
 	firstFailed  map[int64]error // configured surveys that cannot be read
 	firstDone    chan struct{}
+	ran          bool // Run ran before (under firstMu)
 
 	progMu   sync.Mutex
 	inflight map[streamKey]*pass // cycles running now, for the progress log
@@ -408,10 +409,20 @@ func (p *Poller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poll: load sync state: %w", err)
 	}
+	// Run may run again after it returned (a daemon that leads again,
+	// docs/operations.md "High availability"): the surveys of the earlier
+	// run, configured or added since, start again from the checkpoints just
+	// read; the first pass is not repeated.
 	p.mu.Lock()
 	for _, s := range states {
 		p.state[streamKey{s.SurveyID, s.Stream}] = s
 	}
+	earlier := make([]int64, 0, len(p.surveys))
+	for id := range p.surveys {
+		earlier = append(earlier, id)
+	}
+	slices.Sort(earlier)
+	clear(p.surveys)
 	p.mu.Unlock()
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -439,15 +450,21 @@ func (p *Poller) Run(ctx context.Context) error {
 		})
 	}
 	p.firstMu.Lock()
-	for _, id := range p.o.Surveys {
-		p.firstPending[id] = true
-	}
-	if len(p.firstPending) == 0 {
-		close(p.firstDone)
+	if !p.ran {
+		p.ran = true
+		for _, id := range p.o.Surveys {
+			p.firstPending[id] = true
+		}
+		if len(p.firstPending) == 0 {
+			close(p.firstDone)
+		}
 	}
 	p.firstMu.Unlock()
 	for _, id := range p.o.Surveys {
 		start(id)
+	}
+	for _, id := range earlier {
+		start(id) // a configured one is only woken
 	}
 	if p.budget != nil {
 		g.Go(func() error { return p.budget.run(gctx, p.o.BudgetTick, p.o.After) })

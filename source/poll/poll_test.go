@@ -357,3 +357,60 @@ func TestLongCycleSavesProgress(t *testing.T) {
 		t.Errorf("Rate(20, 50, 10s) = %v, %v", rate, eta)
 	}
 }
+
+// bySurvey counts list calls per survey.
+type bySurvey struct {
+	*fakeAPI
+	mu sync.Mutex
+	n  map[int64]int
+}
+
+func (b *bySurvey) ListResponses(ctx context.Context, surveyID int64, q survey.ListQuery) (*survey.ResponseList, error) {
+	b.mu.Lock()
+	b.n[surveyID]++
+	b.mu.Unlock()
+	return b.fakeAPI.ListResponses(ctx, surveyID, q)
+}
+
+func (b *bySurvey) calls(id int64) int { b.mu.Lock(); defer b.mu.Unlock(); return b.n[id] }
+
+// Run runs again after it returned (a daemon that leads again): the
+// configured surveys and those added meanwhile are polled again, and the
+// first pass is not repeated.
+func TestRunAgain(t *testing.T) {
+	api := &bySurvey{fakeAPI: &fakeAPI{resps: gen(50, time.Now().Add(-time.Hour), survey.StatusCompleted)}, n: map[int64]int{}}
+	p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, PollInterval: time.Hour, ReconcileInterval: -1}, api, &fakeSub{}, &memStates{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case <-p.FirstPassDone():
+	case <-time.After(10 * time.Second):
+		t.Fatal("first pass not done")
+	}
+	p.AddSurvey(2)
+	for i := 0; api.calls(2) == 0; i++ {
+		if i > 500 {
+			t.Fatal("survey 2 not polled")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c1, c2 := api.calls(1), api.calls(2)
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- p.Run(ctx) }()
+	for i := 0; api.calls(1) == c1 || api.calls(2) == c2; i++ {
+		if i > 500 {
+			t.Fatalf("second run polled survey 1: %v, survey 2: %v", api.calls(1) > c1, api.calls(2) > c2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

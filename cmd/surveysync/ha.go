@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/ha"
+)
+
+// haStatusPath serves the election's state (ha.Status) as JSON on the
+// metrics listener, for surveysync status; 404 without ha.
+const haStatusPath = "/status/ha"
+
+// newElector builds the elector of ha.servers; nil without them.
+func newElector(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*ha.Elector, error) {
+	if !cfg.HA.Enabled() {
+		return nil, nil
+	}
+	instance := cfg.HA.Instance
+	if instance == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("ha.instance: empty and no host name: %w", err)
+		}
+		instance = h
+	}
+	e, err := ha.New(ha.Options{
+		Servers: cfg.HA.Servers, SessionTimeout: cfg.HA.SessionTimeout, Root: cfg.HARoot(), Instance: instance,
+		Logger: log.With("component", "ha"), Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("ha: campaigning for the lead", "servers", cfg.HA.Servers, "root", cfg.HARoot(), "instance", instance,
+		"session_timeout", cfg.HA.SessionTimeout)
+	return e, nil
+}
+
+// leading reports whether this daemon does leader work now: always without
+// ha.
+func (d *parts) leading() bool { return d.elector == nil || d.elector.Leading() }
+
+// runLeaderWork runs what only one daemon of an account may run — the
+// poller (with reconcile), the feeds and, with ha, the file copier —
+// until ctx ends: at once without ha, else each time this daemon gains the
+// lead, stopped (and waited for) when it loses it.
+func (d *parts) runLeaderWork(ctx context.Context) error {
+	if d.elector == nil {
+		return d.leaderWork(ctx, false)
+	}
+	return d.elector.Run(ctx, func(ctx context.Context) {
+		for ctx.Err() == nil {
+			err := d.leaderWork(ctx, true)
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Error("ha: leader work failed; started again in 5s while this daemon leads", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	})
+}
+
+func (d *parts) leaderWork(ctx context.Context, withCopier bool) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.poller.Run(ctx) })
+	if d.feeds != nil {
+		g.Go(func() error { return d.feeds.Run(ctx) })
+	}
+	if withCopier && d.copier != nil {
+		g.Go(func() error { return d.copier.Run(ctx) })
+	}
+	return g.Wait()
+}
+
+// serveHAStatus adds haStatusPath to the metrics mux.
+func serveHAStatus(mux *http.ServeMux, e *ha.Elector) {
+	mux.HandleFunc("GET "+haStatusPath, func(w http.ResponseWriter, r *http.Request) {
+		if e == nil {
+			http.Error(w, "no ha", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(e.Status())
+	})
+}
+
+// printHA adds the election to surveysync status, as the daemon on
+// metrics.listen sees it; nothing without ha.
+func printHA(ctx context.Context, w io.Writer, cfg *config.Config) {
+	if !cfg.HA.Enabled() {
+		return
+	}
+	fmt.Fprintf(w, "\nhigh availability (root %s):\n", cfg.HARoot())
+	s, err := daemonHA(ctx, cfg.Metrics.Listen)
+	if err != nil {
+		fmt.Fprintf(w, "  the daemon on metrics.listen (%s) does not answer: %v\n", cfg.Metrics.Listen, err)
+		return
+	}
+	role := "follower"
+	if s.Leading {
+		role = "LEADER"
+	}
+	fmt.Fprintf(w, "  this instance: %s (%s)\n", s.Instance, role)
+	switch {
+	case s.Leader == "":
+		fmt.Fprintln(w, "  leader: none known (election in progress, or ZooKeeper unreachable)")
+	case !s.Since.IsZero():
+		fmt.Fprintf(w, "  leader: %s since %s (%s ago)\n", s.Leader, s.Since.Format(time.RFC3339), time.Since(s.Since).Round(time.Second))
+	default:
+		fmt.Fprintf(w, "  leader: %s\n", s.Leader)
+	}
+}
+
+func daemonHA(ctx context.Context, addr string) (ha.Status, error) {
+	var s ha.Status
+	if addr == "" {
+		return s, fmt.Errorf("metrics.listen is empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+haStatusPath, nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("%s: %s", haStatusPath, resp.Status)
+	}
+	return s, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&s)
+}
