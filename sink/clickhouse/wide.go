@@ -740,7 +740,7 @@ func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
 	name := s.table(WideViewName(id))
 	query := wideSelect(s.opts.Database, id, s.wide.cols[id], s.version.Version.Major >= 20)
 	if !s.wide.noReplace {
-		err := s.conn.Exec(s.ddlCtx(ctx), fmt.Sprintf("CREATE OR REPLACE VIEW %s%s AS\n%s", name, s.tmpl.OnCluster, query))
+		err := s.conn.Exec(s.wideDDLCtx(ctx), fmt.Sprintf("CREATE OR REPLACE VIEW %s%s AS\n%s", name, s.tmpl.OnCluster, query))
 		if err == nil {
 			return nil
 		}
@@ -756,7 +756,7 @@ func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
 		fmt.Sprintf("DROP TABLE IF EXISTS %s%s", old, s.tmpl.OnCluster),
 		fmt.Sprintf("CREATE VIEW %s%s AS\n%s", tmp, s.tmpl.OnCluster, query),
 	} {
-		if err := s.conn.Exec(s.ddlCtx(ctx), stmt); err != nil {
+		if err := s.conn.Exec(s.wideDDLCtx(ctx), stmt); err != nil {
 			return s.clusterDDLError(err)
 		}
 	}
@@ -768,15 +768,31 @@ func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
 	if exists {
 		rename = fmt.Sprintf("RENAME TABLE %s TO %s, %s TO %s%s", name, old, tmp, name, s.tmpl.OnCluster)
 	}
-	if err := s.conn.Exec(s.ddlCtx(ctx), rename); err != nil {
+	if err := s.conn.Exec(s.wideDDLCtx(ctx), rename); err != nil {
 		return s.clusterDDLError(err)
 	}
 	if exists {
-		if err := s.conn.Exec(s.ddlCtx(ctx), fmt.Sprintf("DROP TABLE IF EXISTS %s%s", old, s.tmpl.OnCluster)); err != nil {
+		if err := s.conn.Exec(s.wideDDLCtx(ctx), fmt.Sprintf("DROP TABLE IF EXISTS %s%s", old, s.tmpl.OnCluster)); err != nil {
 			return s.clusterDDLError(err)
 		}
 	}
 	return nil
+}
+
+// wideDDLTimeout bounds how long an ON CLUSTER statement replacing a wide
+// view waits for every node: it runs inside Write, and with a node down
+// it would hold the write for clickhouse.ddl_timeout. A statement that
+// times out stays queued and runs when the node is back (the swap's
+// statements are in order, so the node ends with the new view); the
+// replacement is tried again a minute later.
+const wideDDLTimeout = 5 * time.Second
+
+func (s *Sink) wideDDLCtx(ctx context.Context) context.Context {
+	if s.tmpl.OnCluster == "" {
+		return ctx
+	}
+	secs := int((min(s.opts.DDLTimeout, wideDDLTimeout) + time.Second - 1) / time.Second)
+	return ch.Context(ctx, ch.WithSettings(ch.Settings{"distributed_ddl_task_timeout": secs}))
 }
 
 func (s *Sink) tableExists(ctx context.Context, name string) (bool, error) {
