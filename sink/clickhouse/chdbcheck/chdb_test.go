@@ -175,6 +175,9 @@ func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
 		t.Fatalf("docs/schema.md has %d sql blocks", len(blocks))
 	}
 	for _, b := range blocks {
+		if strings.Contains(b[1], "surveysync.survey_") {
+			continue // a wide view: TestWideViewOnCurrentClickHouse builds one and queries it
+		}
 		query(t, strings.ReplaceAll(b[1], "surveysync.", db+"."))
 	}
 }
