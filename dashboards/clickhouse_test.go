@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +204,9 @@ func checkSchemaDoc(t *testing.T, ctx context.Context, conn driver.Conn, db stri
 	tables := map[string]bool{}
 	for _, r := range rows {
 		table, col := r[0], r[1]
+		if wideViewRE.MatchString(table) {
+			continue // survey_<id>: its columns are the survey's questions (docs/schema.md, "Wide tables")
+		}
 		tables[table] = true
 		where := sections[table]
 		if where == "" {
@@ -221,3 +225,6 @@ func checkSchemaDoc(t *testing.T, ctx context.Context, conn driver.Conn, db stri
 	}
 	t.Logf("%d columns of %d tables and views documented", len(rows), len(tables))
 }
+
+// wideViewRE matches the wide view of a survey, whose columns differ per survey.
+var wideViewRE = regexp.MustCompile(`^survey_[0-9]+$`)

@@ -91,6 +91,31 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
+func TestViewsNeedsClickHouse(t *testing.T) {
+	code, _, errOut := cli(t, "views", "--parquet-dir", t.TempDir())
+	if code != exitConfig || !strings.Contains(errOut, "wide views live in ClickHouse") {
+		t.Errorf("views without ClickHouse: exit %d, %q", code, errOut)
+	}
+}
+
+func TestExportFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"export", "--survey", "1", "--format", "xlsx"}, exitUsage, "want csv or parquet"},
+		{[]string{"export"}, exitUsage, "--survey ID is required"},
+		{[]string{"export", "--survey", "1", "--since", "yesterday"}, exitUsage, "--since"},
+		{[]string{"export", "--survey", "1", "--parquet-dir", t.TempDir()}, exitConfig, "clickhouse.addr is empty"},
+	} {
+		code, _, errOut := cli(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.msg) {
+			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
+		}
+	}
+}
+
 // doctor checks the ha servers: a live ZooKeeper passes (and the election
 // is described), a closed port fails naming ha.servers.
 func TestDoctorChecksHAServers(t *testing.T) {

@@ -49,6 +49,8 @@ Usage:
   surveysync feed run NAME [--dry-run]       run a feed once (--dry-run: what it would push, calling nothing)
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
+  surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
+  surveysync export --survey ID [--output FILE] [--since TIME] [--bom]   a survey's wide view as CSV or Parquet (ClickHouse)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -160,6 +162,34 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return query(ctx, cfg, q, stdout, stderr)
 	case "feed":
 		return feedCLI(ctx, rest, stdout, stderr)
+	case "views":
+		var f viewsFlags
+		cfg, _, code := load(command{name: "views", configFlags: sinkFlags,
+			about: "List the wide views survey_<id> (one row per response, one column per question; docs/schema.md) with their number of question columns. The daemon keeps them current; --refresh records the columns of every question already answered in the warehouse and replaces the views (a warehouse filled by an older surveysync).",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64SliceVar(&f.surveys, "survey", nil, "only these survey ids (default: every survey with responses)")
+				fs.BoolVar(&f.refresh, "refresh", false, "record the columns of every answered question and replace the views")
+				fs.BoolVar(&f.columns, "columns", false, "print each column: name, type, question id, variable, title")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return views(ctx, cfg, f, stdout, stderr)
+	case "export":
+		var f exportFlags
+		cfg, _, code := load(command{name: "export", configFlags: sinkFlags,
+			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
+				fs.StringVar(&f.format, "format", "csv", "csv or parquet")
+				fs.StringVarP(&f.output, "output", "o", "", "the file to write (default: standard output)")
+				fs.StringVar(&f.since, "since", "", "only responses read from the service at or after this time (2006-01-02 or RFC 3339): an increment")
+				fs.BoolVar(&f.bom, "bom", false, "start with a UTF-8 byte order mark (for Excel)")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return export(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,

@@ -152,6 +152,9 @@ type Sink struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// wide: the wide views' columns (wide.go).
+	wide wideState
+
 	mu          sync.Mutex
 	lastVersion uint64 // last _version given to a sync_state/surveys row
 }

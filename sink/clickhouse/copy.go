@@ -34,8 +34,9 @@ type CopyReport struct {
 // when a copy stops half-way and is started again: the checkpoints
 // (sync_state, sync_progress) last, so a daemon started on a half-copied
 // target re-reads from the older watermarks instead of skipping responses.
+// wide_columns keeps the wide views' column names as they were given.
 var copiedTables = append([]string{flatten.TableAnswers, flatten.TableResponses, "surveys", "rejects",
-	"uploaded_files", "pushed_contacts", "message_sends", "webhook_events"}, "sync_progress", "sync_state")
+	"uploaded_files", "pushed_contacts", "message_sends", "webhook_events", "wide_columns"}, "sync_progress", "sync_state")
 
 // CopyFrom copies every table of a surveysync database on another server
 // (typically the single node a deployment outgrew) into this Sink's
@@ -69,6 +70,10 @@ func (s *Sink) CopyFrom(ctx context.Context, src CopySource) ([]CopyReport, erro
 		}
 		out = append(out, r)
 		s.log.Info("table copied", "table", table, "rows", r.Rows, "current", r.TargetKeys, "took", r.Took.Round(time.Millisecond))
+	}
+	// The wide views survey_<id>, with the copied column names.
+	if _, err := s.RefreshWideViews(ctx); err != nil {
+		return out, fmt.Errorf("clickhouse: copy: create the wide views: %w", err)
 	}
 	return out, nil
 }

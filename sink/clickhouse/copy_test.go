@@ -73,6 +73,23 @@ func TestCopySingleNodeToCluster(t *testing.T) {
 	if got, err := dst.LoadStates(ctx); err != nil || len(got) != 1 || !got[0].Watermark.Equal(baseTime) {
 		t.Errorf("checkpoints on the cluster = %+v, %v", got, err)
 	}
+	// The wide views' columns keep their names, and the views exist.
+	for _, id := range []int64{1, 2, 3} {
+		want, err := src.WideColumns(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dst.WideColumns(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) == 0 || len(got) != len(want) {
+			t.Errorf("survey %d: %d wide columns on the cluster, %d on the single node", id, len(got), len(want))
+		}
+		if n := countRows(t, dst, "SELECT count() FROM "+dst.table(WideViewName(id))); n != countRows(t, src, "SELECT count() FROM "+src.table(WideViewName(id))) || n == 0 {
+			t.Errorf("survey %d: wide view has %d rows on the cluster", id, n)
+		}
+	}
 	if n := countRows(t, dst, "SELECT count() FROM "+dst.table("rejects")+" FINAL"); n != 1 {
 		t.Errorf("rejects on the cluster: %d, want 1", n)
 	}

@@ -39,7 +39,8 @@ func TestSchemaDocQueries(t *testing.T) {
 	}
 	// The emulator's responses (every question type, uploads and URL
 	// parameters included), completed in the last days, as the demo
-	// writes them: the queries' meaning is checked on them.
+	// writes them: the queries' meaning is checked on them (and the wide
+	// view survey_4574 of the "Wide tables" examples is made from them).
 	mem := memory.NewGoAllocator()
 	batch := flattenBatch(t, mem, emulatorItemsAt(t, 200, 10, time.Now().UTC()))
 	if err := s.Write(ctxT(t), batch); err != nil {

@@ -376,6 +376,7 @@ var addColumnRE = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s.*\sADD\s+COLUMN\s
 // ClickHouse error codes used here.
 const (
 	codeTimeoutExceeded       = 159
+	codeSyntaxError           = 62
 	codeIllegalColumn         = 44
 	codeDuplicateColumn       = 15
 	codeTableAlreadyExists    = 57

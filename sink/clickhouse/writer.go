@@ -52,6 +52,7 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 			return err
 		}
 	}
+	s.updateWideViews(ctx, b.Responses, b.Answers)
 	return nil
 }
 

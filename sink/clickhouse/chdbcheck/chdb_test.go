@@ -175,6 +175,9 @@ func TestSchemaAndViewsOnCurrentClickHouse(t *testing.T) {
 		t.Fatalf("docs/schema.md has %d sql blocks", len(blocks))
 	}
 	for _, b := range blocks {
+		if strings.Contains(b[1], "surveysync.survey_") {
+			continue // a wide view: TestWideViewOnCurrentClickHouse builds one and queries it
+		}
 		query(t, strings.ReplaceAll(b[1], "surveysync.", db+"."))
 	}
 }
@@ -216,5 +219,72 @@ func TestShardingKeyAgreesWith1816(t *testing.T) {
 		if got := query(t, "SELECT cityHash64(toString(toUUID('"+id+"')))"); got != want {
 			t.Errorf("cityHash64(toString(%s)) = %s on chdb, %s on 18.16", id, got, want)
 		}
+	}
+}
+
+// TestWideViewOnCurrentClickHouse runs a wide view's query (docs/schema.md,
+// "Wide tables") on ClickHouse 26.7: every column kind, a response in two
+// versions, a deleted one, one without answers, a retried write.
+func TestWideViewOnCurrentClickHouse(t *testing.T) {
+	const wdb = "surveysync_chdb_wide"
+	stmts, err := clickhouse.SchemaDDL(wdb, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range stmts {
+		query(t, stmt)
+	}
+	ans := func(n int, version uint64, q int64, typ string, ai int, row, choice, other string, label, text string, value string) string {
+		// question_index = question id: (page, question, answer index) is
+		// the cell's place in the sorting key.
+		return fmt.Sprintf(`('%s', 42, 1, 0, %d, %d, '%s', 'Otázka', 'v%d', %d, %s, 'Řádek', NULL, '', %s, '%s', %s, '%s', %s, 'completed', '2026-08-21 11:30:00', %d)`,
+			guid(n), q, q, typ, q, ai, row, choice, label, other, text, value, version)
+	}
+	resp := func(n int, version uint64, deleted int) string {
+		return fmt.Sprintf(`('%s', 42, 'Průzkum', 14457, NULL, '10.0.0.1', '2026-08-21 10:30:00', '2026-08-21 11:30:00', 3600, 'completed', ['utm_source'], ['mail'], %d, now(), %d)`,
+			guid(n), deleted, version)
+	}
+	rows := []string{
+		ans(1, 1, 1, "single", 0, "NULL", "1", "NULL", "Ano", "", "1"),
+		ans(1, 2, 1, "single", 0, "NULL", "2", "NULL", "Spíše ne", "", "2"),
+		ans(1, 2, 2, "multiple", 1, "NULL", "5", "NULL", "Hypotéka", "", "NULL"),
+		ans(1, 2, 2, "multiple", 0, "NULL", "4", "4", "Jiné", "od kolegy", "NULL"),
+		ans(1, 2, 3, "matrix_single", 0, "7", "NULL", "NULL", "", "", "1"),
+		ans(1, 2, 4, "scale", 0, "NULL", "NULL", "NULL", "", "", "9"),
+		ans(1, 2, 5, "essay", 0, "NULL", "NULL", "NULL", "", "Žluťoučký kůň", "NULL"),
+		ans(2, 1, 5, "essay", 0, "NULL", "NULL", "NULL", "", "smazáno", "NULL"),
+	}
+	for range 2 { // a retried write: identical rows twice
+		query(t, fmt.Sprintf(`INSERT INTO %s.answers (response_id, survey_id, page_id, page_index, question_id, question_index,
+    question_type, question_title, variable, answer_index, row_id, row_label, column_id, column_label, choice_id, choice_label,
+    other_id, text, value, response_status, date_completed, _version) VALUES %s`, wdb, strings.Join(rows, ", ")))
+	}
+	query(t, fmt.Sprintf(`INSERT INTO %s.responses (response_id, survey_id, survey_name, distribution_id, contact_id,
+    ip_address, date_created, date_completed, total_time, response_status, url_parameters.name, url_parameters.value,
+    is_deleted, synced_at, _version) VALUES %s`, wdb, strings.Join([]string{resp(1, 1, 0), resp(1, 2, 0), resp(2, 1, 0), resp(2, 3, 1), resp(3, 1, 0)}, ", ")))
+	cols := []clickhouse.WideColumn{
+		{QuestionID: 1, Name: "v1", Kind: clickhouse.KindLabel},
+		{QuestionID: 2, Name: "v2", Kind: clickhouse.KindLabels},
+		{QuestionID: 2, Part: "other", Name: "v2_other", Kind: clickhouse.KindOther},
+		{QuestionID: 3, RowID: 7, Name: "v3_radek", Kind: clickhouse.KindLabel},
+		{QuestionID: 4, Name: "v4", Kind: clickhouse.KindNumber},
+		{QuestionID: 5, Name: "v5", Kind: clickhouse.KindText},
+	}
+	for range 2 { // replaced in place
+		query(t, fmt.Sprintf("CREATE OR REPLACE VIEW %s.survey_42 AS\n%s", wdb, clickhouse.WideViewSQL(wdb, 42, cols)))
+	}
+	got := query(t, fmt.Sprintf("SELECT toString(response_id), _version, v1, v2, v2_other, v3_radek, v4, v5 FROM %s.survey_42 ORDER BY response_id", wdb))
+	want := guid(1) + "\t2\tSpíše ne\t['Jiné','Hypotéka']\tod kolegy\t\t9\tŽluťoučký kůň\n" +
+		guid(3) + "\t1\t\t[]\t\t\t\\N" // (the last, empty, column trimmed)
+	if got != want {
+		t.Errorf("wide view:\n got %q\nwant %q", got, want)
+	}
+	one := query(t, fmt.Sprintf("SELECT v1, v4 FROM %s.survey_42 WHERE response_id = '%s'", wdb, guid(1)))
+	if one != "Spíše ne\t9" {
+		t.Errorf("point lookup: %q", one)
+	}
+	types := query(t, fmt.Sprintf("SELECT arrayStringConcat(groupArray(type), ',') FROM (SELECT type FROM system.columns WHERE database = '%s' AND table = 'survey_42' AND name LIKE 'v%%' ORDER BY position)", wdb))
+	if types != "String,Array(String),String,String,Nullable(Int64),String" {
+		t.Errorf("column types %s", types)
 	}
 }
