@@ -6,9 +6,9 @@ package tools
 
 import (
 	_ "github.com/ClickHouse/clickhouse-go/v2"
-	_ "github.com/apache/arrow/go/v17/arrow/array"
-	_ "github.com/apache/arrow/go/v17/arrow/memory"
-	_ "github.com/apache/arrow/go/v17/parquet/pqarrow"
+	_ "github.com/apache/arrow-go/v18/arrow/array"
+	_ "github.com/apache/arrow-go/v18/arrow/memory"
+	_ "github.com/apache/arrow-go/v18/parquet/pqarrow"
 	_ "github.com/google/go-cmp/cmp"
 	_ "github.com/knadh/koanf/parsers/yaml"
 	_ "github.com/knadh/koanf/providers/confmap"

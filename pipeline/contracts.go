@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Fetcher reads one response's detail. source/surveyapi's client implements

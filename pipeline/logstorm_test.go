@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // A revoked token fails every queued fetch at once: one warning with a

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // memRejects is a RejectStore in memory; failures makes the first writes

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/internal/permanent"
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/record"
 )
 
 // Event is one webhook delivery as the spool keeps it.
@@ -108,7 +108,7 @@ const (
 )
 
 // LogEntry is one row of the raw webhook log (table webhook_events): the
-// neutral entry type of sink/record, so a warehouse's WebhookLog is an
+// neutral entry type of record, so a warehouse's WebhookLog is an
 // EventLog.
 type LogEntry = record.WebhookEvent
 

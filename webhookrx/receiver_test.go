@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Good events of each kind are spooled (on disk before the 200), then

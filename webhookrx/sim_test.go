@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // flakyFront stands for the network and load balancer in front of the

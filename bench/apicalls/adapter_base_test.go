@@ -5,7 +5,7 @@ package apicalls
 import (
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/source/poll"
 )
 

@@ -1,6 +1,6 @@
 // Package apicalls measures what the poller and pipeline cost in API calls
 // (issue 12): the daemon's poller, pipeline and API client run in this
-// process against the emulator (source/sim) on a compressed clock (one
+// process against the emulator (sim) on a compressed clock (one
 // simulated day in two minutes by default), with three idle surveys and
 // three active ones that share one new response every 10 s, with webhooks
 // on or off. It counts every call the emulator answers, per survey and
@@ -36,9 +36,9 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/source/poll"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
 

@@ -1,5 +1,5 @@
 // Package clientbench_test measures the API client (source/surveyapi)
-// against the emulator (source/sim) in one run: the emulator's ceiling —
+// against the emulator (sim) in one run: the emulator's ceiling —
 // response details per second served over loopback HTTP to a trivial
 // client that only reads the bytes — and the client's rate through its
 // full path (limiter, retries bookkeeping, metrics, net/http, body budget,
@@ -51,8 +51,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
 

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // The index in ClickHouse, end to end: the responses' rows are in the

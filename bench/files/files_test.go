@@ -1,5 +1,5 @@
 // Package files_test runs uploaded-file copying end to end, wired the way
-// cmd wires it: the emulator (source/sim) serves the files, the real API
+// cmd wires it: the emulator (sim) serves the files, the real API
 // client (source/surveyapi) downloads them, and sink/blob's Copier stores
 // them in file:// and in a local S3 server (Versity S3 Gateway).
 //
@@ -28,11 +28,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
 	"github.com/surveysync/surveysync/sink/parquet"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
 

@@ -1,4 +1,4 @@
-// Command surveysim serves the Click4Survey v1 API emulator (source/sim) on
+// Command surveysim serves the Click4Survey v1 API emulator (sim) on
 // its own: the demo and manual testing run surveysync against it.
 //
 //	surveysim --listen 127.0.0.1:8089 --token sim-token --surveys 3 --responses 10000 --files
@@ -23,7 +23,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 var surveyNames = []string{

@@ -12,7 +12,7 @@ import (
 	gblob "gocloud.dev/blob"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/internal/chcluster"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // clusterOrSkip is the test cluster of scripts/cluster-up.sh as a

@@ -16,7 +16,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/internal/zktest"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // haDaemon is one daemon of an HA pair: its config (with its own metrics

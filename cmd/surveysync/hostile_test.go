@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // Issue 19, through the real binary: a survey whose list answers the same

@@ -6,7 +6,7 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline/privacy"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 )
 

@@ -19,15 +19,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/record"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/record"
+	"github.com/surveysync/surveysync/sim"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 )
 

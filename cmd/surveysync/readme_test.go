@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // userEnv is the environment of the new user's shell: no SURVEYSYNC_

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // withoutAPISecrets writes a copy of a writeConfig file without api.token

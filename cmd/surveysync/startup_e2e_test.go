@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // A token the service rejects (401 on every call) ends run

@@ -21,8 +21,8 @@ import (
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
 )

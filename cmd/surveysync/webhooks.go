@@ -8,7 +8,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/webhookrx"

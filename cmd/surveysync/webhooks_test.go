@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/poll"

@@ -11,7 +11,7 @@
 // (a file name, "N/A") is ignored.
 //
 // sink/blob copies the files; sink/clickhouse (files.go) and sink/blob's
-// JSONL index implement Index. This package imports only pipeline/survey, so
+// JSONL index implement Index. This package imports only survey, so
 // the pipeline, sources and sinks can all use it.
 package files
 
@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // DefaultTypeMatch is the default list of question-type substrings that mark

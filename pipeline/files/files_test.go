@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 const respJSON = `{

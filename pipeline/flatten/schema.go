@@ -4,7 +4,7 @@
 package flatten
 
 import (
-	"github.com/apache/arrow/go/v17/arrow"
+	"github.com/apache/arrow-go/v18/arrow"
 )
 
 // Table names, shared by every sink.

@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // emulatorItems returns every response the emulator generates for a survey

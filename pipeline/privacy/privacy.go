@@ -11,7 +11,7 @@
 // only. The webhook receiver stores bodies through Policy.WebhookBody, and
 // the feed ledger hashes the contact ids it stores with HashInt.
 //
-// The package imports only pipeline/survey and pipeline/files.
+// The package imports only survey and pipeline/files.
 package privacy
 
 import (
@@ -27,7 +27,7 @@ import (
 	"strings"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Action is what happens to a field or a question's answers.

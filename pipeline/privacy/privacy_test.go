@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 var key = []byte("0123456789abcdef-test-key")

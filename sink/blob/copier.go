@@ -27,7 +27,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Download is an uploaded file as the API serves it (docs/api.md §4.5). The copier

@@ -21,7 +21,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 )

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
 )
 

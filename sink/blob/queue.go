@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // task is one unit of work of the copier: copy a file, or mark a deleted

@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"

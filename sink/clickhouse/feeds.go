@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 )
 
 // FeedLedger is the feed ledger in ClickHouse: tables pushed_contacts and

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // FileIndex keeps the index of uploaded files in uploaded_files (migration

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 var _ pipeline.RejectStore = (*Sink)(nil)

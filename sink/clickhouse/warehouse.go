@@ -7,7 +7,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 )
 

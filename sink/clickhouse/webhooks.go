@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 )
 
 // WebhookLog writes webhook_events (migration 0010).

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 

@@ -12,8 +12,8 @@ import (
 	"unicode"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/apache/arrow/go/v17/arrow"
-	"github.com/apache/arrow/go/v17/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"golang.org/x/text/unicode/norm"
 )
 

@@ -15,14 +15,14 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/apache/arrow/go/v17/arrow/array"
-	"github.com/apache/arrow/go/v17/arrow/memory"
-	"github.com/apache/arrow/go/v17/parquet/file"
-	"github.com/apache/arrow/go/v17/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 )
 
 func TestSanitizeName(t *testing.T) {

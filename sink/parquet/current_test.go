@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"github.com/apache/arrow/go/v17/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestReadCurrent(t *testing.T) {

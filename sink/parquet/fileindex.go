@@ -13,7 +13,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // JSONLIndex is the file index used without ClickHouse: one JSON object per

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 )
 
 func TestFileLedgerTornTail(t *testing.T) {

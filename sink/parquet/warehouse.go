@@ -10,7 +10,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 )
 

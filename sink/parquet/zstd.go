@@ -3,11 +3,11 @@ package parquet
 import (
 	"sync"
 
-	"github.com/apache/arrow/go/v17/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/klauspost/compress/zstd"
 )
 
-// arrow/go/v17's zstd codec builds a new encoder (with megabytes of
+// arrow-go/v18's zstd codec builds a new encoder (with megabytes of
 // tables) for every page it compresses; with the default level this codec
 // uses one shared encoder instead (EncodeAll is safe for concurrent use).
 // The output is the same zstd format. arrow-go v18 pools its encoders: drop

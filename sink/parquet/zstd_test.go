@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/apache/arrow/go/v17/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 )
 
 func TestSharedZstdCodec(t *testing.T) {

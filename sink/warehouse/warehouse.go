@@ -2,7 +2,7 @@
 // backend: the Warehouse interface that sink/clickhouse and sink/parquet
 // each build. It holds no implementation. The neutral entry types its parts
 // store (feed ledger, webhook log) and the query connection live in the
-// leaf package sink/record, which the sources import instead of this one.
+// leaf package record, which the sources import instead of this one.
 package warehouse
 
 import (
@@ -10,8 +10,8 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/record"
 )
 
 // Warehouse is everything one backend stores: the response tables (Sink),

@@ -36,8 +36,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
-	"github.com/surveysync/surveysync/sink/record"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/record"
 )
 
 // Feed types.
@@ -122,7 +122,7 @@ type QueryOptions struct {
 	Conn  QueryConn // the warehouse's QueryConn()
 }
 
-// QueryConn runs a query (sink/record); the ClickHouse warehouse's
+// QueryConn runs a query (record); the ClickHouse warehouse's
 // QueryConn implements it, so this package links no database driver.
 type QueryConn = record.QueryConn
 
@@ -163,7 +163,7 @@ const (
 	StateUncertain = "uncertain" // may or may not have been created: never pushed again automatically
 )
 
-// Ledger entries and the Ledger itself are the neutral types of sink/record
+// Ledger entries and the Ledger itself are the neutral types of record
 // that the warehouse stores: sink/clickhouse and sink/parquet each keep one.
 type (
 	ContactEntry = record.ContactEntry

@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/source/feed"
-	"github.com/surveysync/surveysync/source/sim"
+	"github.com/surveysync/surveysync/sim"
 )
 
 // startSim serves the emulator on 127.0.0.1.

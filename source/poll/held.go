@@ -5,7 +5,7 @@ import (
 	"hash/fnv"
 	"sync"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // held remembers, for recently seen responses, the status at which they are

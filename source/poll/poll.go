@@ -42,7 +42,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Lister lists a survey's responses (source/surveyapi's client).

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // BenchmarkGetResponse measures the whole client path against a local

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/surveysync/surveysync/internal/permanent"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // meta is the envelope's metadata in every spelling the service uses.

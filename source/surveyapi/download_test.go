@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // pattern fills a chunk deterministically; the 50 MB file is this chunk

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 const upperRID = "DA453B67-791E-4D4D-9009-75B1ED8A33C1"

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/surveysync/surveysync/internal/permanent"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Sentinel errors. Every error the client returns for an HTTP status is an

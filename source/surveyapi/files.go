@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // File is an uploaded file being downloaded. Body streams from the network:

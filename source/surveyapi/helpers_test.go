@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/internal/permanent"
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Hostile service data (issue 12.3): what the service sends must not

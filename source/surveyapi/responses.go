@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // ListResponses reads one page of a survey's responses (docs/api.md §4.3). Zero

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // TestTokenNeverLeaks provokes every error path, with a service that echoes

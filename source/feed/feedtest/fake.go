@@ -1,7 +1,7 @@
 // Package feedtest has a small fake of the survey service's contact and
 // send endpoints (docs/api.md §4.1, §4.2) for the feed tests: it records every
 // contact and send it accepts and injects 429s, 5xx answers and lost
-// answers on demand. The full emulator lives in source/sim; this fake keeps
+// answers on demand. The full emulator lives in sim; this fake keeps
 // the feed tests exact about what reached the service.
 package feedtest
 
@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Fault is what the fake does with the n-th call (1-based) before handling it.

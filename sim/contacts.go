@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Contacts and sends (docs/api.md §4.1, §4.2).

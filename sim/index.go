@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Lists. Each survey keeps, per stream (completed, disqualified, quotafull,

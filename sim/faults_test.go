@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestStatusFaults(t *testing.T) {

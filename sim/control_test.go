@@ -13,7 +13,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestContactsAndSends(t *testing.T) {

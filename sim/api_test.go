@@ -13,7 +13,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // truthList returns, from the truth, the ids a list of status st must show

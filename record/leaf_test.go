@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestLeaf keeps sink/record a leaf (standard library only) and keeps the
+// TestLeaf keeps record a leaf (standard library only) and keeps the
 // sources that alias its types from linking the pipeline, the warehouse
 // contract or a database driver through it.
 func TestLeaf(t *testing.T) {
@@ -17,10 +17,10 @@ func TestLeaf(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	if got := strings.TrimSpace(string(out)); got != "github.com/surveysync/surveysync/sink/record" {
-		t.Errorf("sink/record imports more than the standard library:\n%s", got)
+	if got := strings.TrimSpace(string(out)); got != "github.com/surveysync/surveysync/record" {
+		t.Errorf("record imports more than the standard library:\n%s", got)
 	}
-	out, err = exec.Command("go", "list", "-deps", "../../source/feed", "../../webhookrx").CombinedOutput()
+	out, err = exec.Command("go", "list", "-deps", "../source/feed", "../webhookrx").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

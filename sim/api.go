@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Handler returns the emulator's HTTP handler: the API under /v1/..., the

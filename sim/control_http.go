@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // The control API over HTTP (JSON), under /_sim/. It needs no token: bind

@@ -5,7 +5,7 @@
 // The types decode every variant the service is known to send
 // (docs/api.md): GUIDs in either case (normalised to lower case), times
 // with 0 to 7 fractional digits, numbers given as text, a missing title.
-// The client (source/surveyapi), the emulator (source/sim), the flattener
+// The client (source/surveyapi), the emulator (sim), the flattener
 // (pipeline/flatten) and the webhook receiver (webhookrx) all share them.
 package survey
 

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Deterministic generation. Every generated response is a pure function of

@@ -3,7 +3,7 @@ package sim
 import (
 	"encoding/binary"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // The questionnaire of a generated survey: three pages (four with uploads)

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Uploaded files. A file's bytes are a pure function of its id: a header

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/surveysync/surveysync/pipeline/survey"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Hand-written JSON encoding of the service's bodies: several times faster
