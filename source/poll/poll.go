@@ -28,15 +28,12 @@ package poll
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/survey"
@@ -398,106 +395,4 @@ func (p *Poller) States() []pipeline.StreamState {
 		out = append(out, s)
 	}
 	return out
-}
-
-// Run polls until ctx is done. It returns nil on a clean stop.
-func (p *Poller) Run(ctx context.Context) error {
-	states, err := p.states.LoadStates(ctx)
-	if err != nil {
-		return fmt.Errorf("poll: load sync state: %w", err)
-	}
-	// Run may run again after it returned (a daemon that leads again,
-	// docs/operations.md "High availability"): the surveys of the earlier
-	// run, configured or added since, start again from the checkpoints just
-	// read; the first pass is not repeated.
-	p.mu.Lock()
-	for _, s := range states {
-		p.state[streamKey{s.SurveyID, s.Stream}] = s
-	}
-	earlier := make([]int64, 0, len(p.surveys))
-	for id := range p.surveys {
-		earlier = append(earlier, id)
-	}
-	slices.Sort(earlier)
-	clear(p.surveys)
-	p.mu.Unlock()
-
-	g, gctx := errgroup.WithContext(ctx)
-	start := func(id int64) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if r, ok := p.surveys[id]; ok {
-			r.ended = false
-			select {
-			case r.wake <- struct{}{}:
-			default:
-			}
-			return
-		}
-		sctx, cancel := context.WithCancel(gctx)
-		r := &surveyRun{cancel: cancel, wake: make(chan struct{}, 1), ended: p.ended[id]}
-		p.surveys[id] = r
-		g.Go(func() error {
-			defer cancel()
-			err := p.runSurvey(sctx, id, r)
-			if gctx.Err() == nil && sctx.Err() != nil {
-				return nil // retired
-			}
-			return err
-		})
-	}
-	p.firstMu.Lock()
-	if !p.ran {
-		p.ran = true
-		for _, id := range p.o.Surveys {
-			p.firstPending[id] = true
-		}
-		if len(p.firstPending) == 0 {
-			close(p.firstDone)
-		}
-	}
-	p.firstMu.Unlock()
-	for _, id := range p.o.Surveys {
-		start(id)
-	}
-	for _, id := range earlier {
-		start(id) // a configured one is only woken
-	}
-	if p.budget != nil {
-		g.Go(func() error { return p.budget.run(gctx, p.o.BudgetTick, p.o.After) })
-	}
-	g.Go(func() error { p.logProgress(gctx); return nil })
-	g.Go(func() error {
-		for {
-			select {
-			case <-p.addSig:
-				p.mu.Lock()
-				ids := make([]int64, 0, len(p.adds))
-				for id := range p.adds {
-					ids = append(ids, id)
-				}
-				clear(p.adds)
-				p.mu.Unlock()
-				for _, id := range ids {
-					start(id)
-				}
-			case <-p.wakeAll:
-				p.mu.Lock()
-				for _, r := range p.surveys {
-					select {
-					case r.wake <- struct{}{}:
-					default:
-					}
-				}
-				p.mu.Unlock()
-			case <-gctx.Done():
-				return nil
-			}
-		}
-	})
-	err = g.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }

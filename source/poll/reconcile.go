@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/surveysync/surveysync/survey"
 )
@@ -21,79 +22,126 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 	if err != nil {
 		return fmt.Errorf("reconcile survey %d: read warehouse ids: %w", surveyID, err)
 	}
-	listed := make(map[survey.GUID]struct{}, len(have))
-	var missing, changed []survey.GUID
-	var missingSt, changedSt []string
-	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
-	var calls int64
+	d := &reconcileDiff{survey: surveyID, have: have, listed: make(map[survey.GUID]struct{}, len(have))}
 	defer func() {
 		if errors.Is(err, errNotBelieved) {
-			p.spentDistrusted(calls)
+			p.spentDistrusted(d.calls)
 		}
 	}()
 	for _, stream := range p.o.Statuses {
-		limit := absolute
-		for page := 1; ; page++ {
-			q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
-			calls++
-			l, err := p.lister.ListResponses(ctx, surveyID, q)
-			if err != nil {
-				return fmt.Errorf("reconcile survey %d: list %s page %d: %w", surveyID, stream, page, err)
-			}
-			if page == 1 {
-				if l.Total > p.o.MaxReconcileResponses {
-					p.m.hostile.WithLabelValues("reconcile_too_big").Inc()
-					return fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled: %w",
-						surveyID, stream, l.Total, p.o.MaxReconcileResponses, errNotBelieved)
-				}
-				limit = p.maxPages(max(l.Total, 0), absolute)
-			}
-			added := 0
-			for _, it := range l.Data {
-				if _, dup := listed[it.ResponseID]; dup {
-					continue
-				}
-				added++
-				listed[it.ResponseID] = struct{}{}
-				status, ok := have[it.ResponseID]
-				switch {
-				case !ok && p.rejectedAt(surveyID, it.ResponseID, stream):
-					// Rejected when listed so: reading it again would
-					// reject it again (a changed one is listed otherwise).
-					p.m.reconciled.WithLabelValues("rejected_unchanged").Inc()
-				case !ok:
-					missing = append(missing, it.ResponseID)
-					missingSt = append(missingSt, stream)
-				case !sameStatus(stream, statusCode(status)):
-					changed = append(changed, it.ResponseID)
-					changedSt = append(changedSt, stream)
-				}
-			}
-			if len(l.Data) < p.o.PerPage || page*p.o.PerPage >= l.Total {
-				break
-			}
-			if added == 0 {
-				p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
-				break
-			}
-			if page >= limit || len(listed) > p.o.MaxReconcileResponses+len(have) {
-				p.m.hostile.WithLabelValues("page_cap").Inc()
-				return fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached: %w",
-					surveyID, stream, page, l.Total, errNotBelieved)
-			}
+		if err := p.reconcileList(ctx, d, stream); err != nil {
+			return err
 		}
 	}
-	var vanished []survey.GUID
-	for id := range have {
-		if _, ok := listed[id]; !ok {
-			vanished = append(vanished, id)
+	vanished := d.vanished()
+	ids := slices.Concat(vanished, d.missing, d.changed)
+	sts := slices.Concat(make([]string, len(vanished)), d.missingSt, d.changedSt)
+	if err := p.reread(ctx, surveyID, start, ids, sts); err != nil {
+		return err
+	}
+	p.m.reconciled.WithLabelValues("vanished").Add(float64(len(vanished)))
+	p.m.reconciled.WithLabelValues("missing").Add(float64(len(d.missing)))
+	p.m.reconciled.WithLabelValues("status_changed").Add(float64(len(d.changed)))
+	if len(vanished)+len(d.missing)+len(d.changed) > 0 {
+		p.o.Logger.Info("reconcile re-read responses", "survey_id", surveyID,
+			"vanished", len(vanished), "missing", len(d.missing), "status_changed", len(d.changed))
+	}
+	return nil
+}
+
+// reconcileDiff is what a reconcile pass found so far: the ids listed, and
+// those listed but missing from the warehouse or held there at another
+// status, each with the status it was listed at.
+type reconcileDiff struct {
+	survey int64
+	have   map[survey.GUID]string // the warehouse's current responses
+	listed map[survey.GUID]struct{}
+	calls  int64 // list calls
+
+	missing, changed     []survey.GUID
+	missingSt, changedSt []string
+}
+
+// vanished returns the ids the warehouse holds that no list showed.
+func (d *reconcileDiff) vanished() []survey.GUID {
+	var out []survey.GUID
+	for id := range d.have {
+		if _, ok := d.listed[id]; !ok {
+			out = append(out, id)
 		}
 	}
+	return out
+}
+
+// reconcileList pages every id of one stream into d. A claim of more than
+// MaxReconcileResponses, or pages beyond the cap, fail with errNotBelieved;
+// a page adding no id new stops the stream.
+func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream string) error {
+	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
+	limit := absolute
+	for page := 1; ; page++ {
+		q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
+		d.calls++
+		l, err := p.lister.ListResponses(ctx, d.survey, q)
+		if err != nil {
+			return fmt.Errorf("reconcile survey %d: list %s page %d: %w", d.survey, stream, page, err)
+		}
+		if page == 1 {
+			if l.Total > p.o.MaxReconcileResponses {
+				p.m.hostile.WithLabelValues("reconcile_too_big").Inc()
+				return fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled: %w",
+					d.survey, stream, l.Total, p.o.MaxReconcileResponses, errNotBelieved)
+			}
+			limit = p.maxPages(max(l.Total, 0), absolute)
+		}
+		added := 0
+		for _, it := range l.Data {
+			if _, dup := d.listed[it.ResponseID]; dup {
+				continue
+			}
+			added++
+			d.listed[it.ResponseID] = struct{}{}
+			p.compare(d, it.ResponseID, stream)
+		}
+		if len(l.Data) < p.o.PerPage || page*p.o.PerPage >= l.Total {
+			return nil
+		}
+		if added == 0 {
+			p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
+			return nil
+		}
+		if page >= limit || len(d.listed) > p.o.MaxReconcileResponses+len(d.have) {
+			p.m.hostile.WithLabelValues("page_cap").Inc()
+			return fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached: %w",
+				d.survey, stream, page, l.Total, errNotBelieved)
+		}
+	}
+}
+
+// compare records a response listed in stream that the warehouse lacks
+// (unless it was rejected when listed so: reading it again would reject it
+// again, and a changed one is listed otherwise) or holds at another status.
+func (p *Poller) compare(d *reconcileDiff, id survey.GUID, stream string) {
+	status, ok := d.have[id]
+	switch {
+	case !ok && p.rejectedAt(d.survey, id, stream):
+		p.m.reconciled.WithLabelValues("rejected_unchanged").Inc()
+	case !ok:
+		d.missing = append(d.missing, id)
+		d.missingSt = append(d.missingSt, stream)
+	case !sameStatus(stream, statusCode(status)):
+		d.changed = append(d.changed, id)
+		d.changedSt = append(d.changedSt, stream)
+	}
+}
+
+// reread submits the responses a reconcile pass found, each held at its
+// listed status once written ("" for a vanished one), and waits until all
+// are acknowledged.
+func (p *Poller) reread(ctx context.Context, surveyID int64, start time.Time, ids []survey.GUID, sts []string) error {
 	tr := &tracker{done: make(chan struct{}, 1)}
 	w := tr.open(start, start)
 	noop := func() {}
-	ids := slices.Concat(vanished, missing, changed)
-	sts := slices.Concat(make([]string, len(vanished)), missingSt, changedSt)
 	for i, id := range ids {
 		if err := p.submit(ctx, tr, w, surveyID, id, "reconcile", sts[i], noop); err != nil {
 			tr.sealed(w)
@@ -107,7 +155,7 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 			if werr != nil {
 				return fmt.Errorf("reconcile survey %d: %w", surveyID, werr)
 			}
-			break
+			return nil
 		}
 		select {
 		case <-tr.done:
@@ -115,14 +163,6 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 			return ctx.Err()
 		}
 	}
-	p.m.reconciled.WithLabelValues("vanished").Add(float64(len(vanished)))
-	p.m.reconciled.WithLabelValues("missing").Add(float64(len(missing)))
-	p.m.reconciled.WithLabelValues("status_changed").Add(float64(len(changed)))
-	if len(vanished)+len(missing)+len(changed) > 0 {
-		p.o.Logger.Info("reconcile re-read responses", "survey_id", surveyID,
-			"vanished", len(vanished), "missing", len(missing), "status_changed", len(changed))
-	}
-	return nil
 }
 
 // rejectedAt reports whether a response was rejected when a list of stream

@@ -94,50 +94,11 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 	cur := first
 	for attempt := int8(1); ; attempt++ {
 		total := cur.Total
-		limit := p.maxPages(total, p.o.MaxWindowPages)
-		for page := 1; ; page++ {
-			if page > 1 {
-				var err error
-				if cur, err = p.list(ctx, c, from, to, page); err != nil {
-					p.failWindow(c.tr, w, err)
-					return err
-				}
-			}
-			p.m.pages.WithLabelValues(c.stream).Inc()
-			added := 0
-			for _, it := range cur.Data {
-				prev, dup := seen[it.ResponseID]
-				if prev == attempt {
-					continue
-				}
-				seen[it.ResponseID] = attempt
-				added++
-				if dup {
-					continue // submitted in an earlier pass
-				}
-				if err := p.consider(ctx, c, w, it.ResponseID); err != nil {
-					return err
-				}
-			}
-			p.m.listed.WithLabelValues(c.stream).Add(float64(len(cur.Data)))
-			if len(cur.Data) < p.o.PerPage || page*p.o.PerPage >= cur.Total {
-				break
-			}
-			if added == 0 {
-				p.anomaly(c, anPageAddsNothing)
-				p.o.Logger.Debug("a list page repeated ids already read in this pass; paging stops", "survey_id", c.survey,
-					"stream", c.stream, "page", page, "total", cur.Total)
-				break
-			}
-			if page >= limit {
-				p.anomaly(c, anPageCap)
-				err := fmt.Errorf("list %s responses of survey %d from %s to %s: still more pages after %d (total claims %d): page cap reached",
-					c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), page, cur.Total)
-				p.failWindow(c.tr, w, err)
-				return err
-			}
+		last, err := p.pagePass(ctx, c, w, cur, attempt, seen)
+		if err != nil {
+			return err
 		}
-		if cur.Total == total {
+		if last.Total == total {
 			return nil
 		}
 		if attempt >= 3 {
@@ -147,19 +108,80 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 			// next cycle reads it again (the re-reads are idempotent).
 			p.anomaly(c, anTotalUnstable)
 			err := fmt.Errorf("list %s responses of survey %d from %s to %s: total changed during each of %d passes (last %d, then %d): window read again next cycle",
-				c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), attempt, total, cur.Total)
+				c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), attempt, total, last.Total)
 			p.failWindow(c.tr, w, err)
 			return err
 		}
 		p.m.reread.WithLabelValues(c.stream).Inc()
 		p.o.Logger.Info("window changed while paged; paging it again", "survey_id", c.survey, "stream", c.stream,
-			"total_before", total, "total_after", cur.Total)
-		var err error
+			"total_before", total, "total_after", last.Total)
 		if cur, err = p.list(ctx, c, from, to, 1); err != nil {
 			p.failWindow(c.tr, w, err)
 			return err
 		}
 	}
+}
+
+// pagePass is one pass over window w from its first page first: it
+// submits every id not seen in this pass (seen maps an id to the last
+// pass that saw it) and returns the pass's last page. A failed list call
+// or a pass beyond the page cap fails the window.
+func (p *Poller) pagePass(ctx context.Context, c *pass, w *window, first *survey.ResponseList, attempt int8, seen map[survey.GUID]int8) (*survey.ResponseList, error) {
+	from, to := w.from, w.to
+	limit := p.maxPages(first.Total, p.o.MaxWindowPages)
+	cur := first
+	for page := 1; ; page++ {
+		if page > 1 {
+			var err error
+			if cur, err = p.list(ctx, c, from, to, page); err != nil {
+				p.failWindow(c.tr, w, err)
+				return nil, err
+			}
+		}
+		p.m.pages.WithLabelValues(c.stream).Inc()
+		added, err := p.submitPage(ctx, c, w, cur, attempt, seen)
+		if err != nil {
+			return nil, err
+		}
+		p.m.listed.WithLabelValues(c.stream).Add(float64(len(cur.Data)))
+		if len(cur.Data) < p.o.PerPage || page*p.o.PerPage >= cur.Total {
+			return cur, nil
+		}
+		if added == 0 {
+			p.anomaly(c, anPageAddsNothing)
+			p.o.Logger.Debug("a list page repeated ids already read in this pass; paging stops", "survey_id", c.survey,
+				"stream", c.stream, "page", page, "total", cur.Total)
+			return cur, nil
+		}
+		if page >= limit {
+			p.anomaly(c, anPageCap)
+			err := fmt.Errorf("list %s responses of survey %d from %s to %s: still more pages after %d (total claims %d): page cap reached",
+				c.stream, c.survey, survey.FormatTime(from), survey.FormatTime(to), page, cur.Total)
+			p.failWindow(c.tr, w, err)
+			return nil, err
+		}
+	}
+}
+
+// submitPage considers every id of a page not yet seen in this pass (an id
+// submitted in an earlier pass is not submitted again) and returns how many
+// were new to the pass.
+func (p *Poller) submitPage(ctx context.Context, c *pass, w *window, l *survey.ResponseList, attempt int8, seen map[survey.GUID]int8) (added int, err error) {
+	for _, it := range l.Data {
+		prev, dup := seen[it.ResponseID]
+		if prev == attempt {
+			continue
+		}
+		seen[it.ResponseID] = attempt
+		added++
+		if dup {
+			continue // submitted in an earlier pass
+		}
+		if err := p.consider(ctx, c, w, it.ResponseID); err != nil {
+			return added, err
+		}
+	}
+	return added, nil
 }
 
 // consider submits a listed response unless it is held at the listed
