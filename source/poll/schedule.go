@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/pipeline"
 )
 
@@ -84,12 +85,7 @@ func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool,
 			s.notUntil = s.t0
 		}
 		s.distrust++
-		ceiling := max(p.o.SafetyNetInterval, base)
-		back := ceiling
-		if s.distrust < 30 && base<<s.distrust < ceiling {
-			back = base << s.distrust
-		}
-		s.interval = max(s.interval, back)
+		s.interval = max(s.interval, p.distrustBackoff(base).Step(s.distrust))
 		s.notUntil = s.notUntil.Add(time.Duration(s.pass.calls.Load()) * (24 * time.Hour / time.Duration(p.o.DistrustCallsPerDay)))
 	case s.pass != nil && s.err == nil && s.distrust > 0:
 		p.o.Logger.Info("list answers believed again; the stream is back on its schedule",
@@ -106,6 +102,15 @@ func (p *Poller) reschedule(s *sched, surveyID int64, stream string, ended bool,
 		s.next = s.t1
 	}
 	p.m.interval.WithLabelValues(strconv.FormatInt(surveyID, 10), stream).Set(p.stretched(s.interval).Seconds())
+}
+
+// distrustBackoff is the schedule of a stream whose list answers are not
+// believed, by the number of such passes in a row: the stream's base
+// interval doubled with each, up to SafetyNetInterval (or the base, when
+// longer). Step, not Delay: the steps are exact, as issue 19 set them
+// (each stream's steps start at its own first distrusted pass).
+func (p *Poller) distrustBackoff(base time.Duration) backoff.Policy {
+	return backoff.Policy{Initial: 2 * base, Max: max(p.o.SafetyNetInterval, base)}
 }
 
 // activate brings every stream of a survey that just found something back
