@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/survey"
 )
 
@@ -22,7 +23,10 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 	if err != nil {
 		return fmt.Errorf("reconcile survey %d: read warehouse ids: %w", surveyID, err)
 	}
-	d := &reconcileDiff{survey: surveyID, have: have, listed: make(map[survey.GUID]struct{}, len(have))}
+	// The lists end a second after the pass started, as windows start a
+	// second early: whether the service's bounds are inclusive is not
+	// documented, and a response written before the pass must be listed.
+	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, listed: make(map[survey.GUID]int8, len(have))}
 	defer func() {
 		if errors.Is(err, errNotBelieved) {
 			p.spentDistrusted(d.calls)
@@ -54,9 +58,10 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 // status, each with the status it was listed at.
 type reconcileDiff struct {
 	survey int64
+	until  time.Time              // the lists' upper bound: a second after the pass started
 	have   map[survey.GUID]string // the warehouse's current responses
-	listed map[survey.GUID]struct{}
-	calls  int64 // list calls
+	listed map[survey.GUID]int8   // by the last pass over a stream that listed it
+	calls  int64                  // list calls
 
 	missing, changed     []survey.GUID
 	missingSt, changedSt []string
@@ -73,46 +78,80 @@ func (d *reconcileDiff) vanished() []survey.GUID {
 	return out
 }
 
-// reconcileList pages every id of one stream into d. A claim of more than
-// MaxReconcileResponses, or pages beyond the cap, fail with errNotBelieved;
-// a page adding no id new stops the stream.
+// reconcileList lists every id of one stream into d, up to d.until (what
+// completed since is the windows' to read, and would move the total). If the stream's total changes while it is paged, a response may
+// have landed among the pages already read (a late response dated in the
+// past) or one may have left them: it is paged again, up to three passes,
+// each id compared once; still moving after three, it is compared as
+// listed. Before, such a response was missed until the next reconcile (a
+// poll cycle does not read behind its watermark's overlap).
 func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream string) error {
+	for attempt := int8(1); ; attempt++ {
+		total, last, err := p.reconcilePass(ctx, d, stream, attempt)
+		if err != nil || last == total {
+			return err
+		}
+		if attempt >= 3 {
+			p.m.hostile.WithLabelValues(anomalyNames[anTotalUnstable]).Inc()
+			p.o.Logger.Info("reconcile: a list changed during each of 3 passes; compared as listed", "survey_id", d.survey,
+				"stream", stream, "total_before", total, "total_after", last)
+			return nil
+		}
+		p.o.Logger.Info("reconcile: a list changed while paged; paging it again", "survey_id", d.survey, "stream", stream,
+			"total_before", total, "total_after", last)
+	}
+}
+
+// reconcilePass pages one stream once into d and returns the totals its
+// first and last pages claimed. A claim of more than MaxReconcileResponses,
+// or pages beyond the cap, fail with errNotBelieved; a page adding no id
+// new to the pass ends it.
+func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream string, attempt int8) (first, last int, err error) {
 	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
 	limit := absolute
 	for page := 1; ; page++ {
 		q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
+		if stream == pipeline.StreamPartial {
+			q.EndStartedAt = d.until
+		} else {
+			q.EndCompletedAt = d.until
+		}
 		d.calls++
 		l, err := p.lister.ListResponses(ctx, d.survey, q)
 		if err != nil {
-			return fmt.Errorf("reconcile survey %d: list %s page %d: %w", d.survey, stream, page, err)
+			return 0, 0, fmt.Errorf("reconcile survey %d: list %s page %d: %w", d.survey, stream, page, err)
 		}
 		if page == 1 {
 			if l.Total > p.o.MaxReconcileResponses {
 				p.m.hostile.WithLabelValues("reconcile_too_big").Inc()
-				return fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled: %w",
+				return 0, 0, fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled: %w",
 					d.survey, stream, l.Total, p.o.MaxReconcileResponses, errNotBelieved)
 			}
 			limit = p.maxPages(max(l.Total, 0), absolute)
+			first = l.Total
 		}
 		added := 0
 		for _, it := range l.Data {
-			if _, dup := d.listed[it.ResponseID]; dup {
+			prev, dup := d.listed[it.ResponseID]
+			if prev == attempt {
 				continue
 			}
 			added++
-			d.listed[it.ResponseID] = struct{}{}
-			p.compare(d, it.ResponseID, stream)
+			d.listed[it.ResponseID] = attempt
+			if !dup {
+				p.compare(d, it.ResponseID, stream)
+			}
 		}
 		if len(l.Data) < p.o.PerPage || page*p.o.PerPage >= l.Total {
-			return nil
+			return first, l.Total, nil
 		}
 		if added == 0 {
 			p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
-			return nil
+			return first, l.Total, nil
 		}
 		if page >= limit || len(d.listed) > p.o.MaxReconcileResponses+len(d.have) {
 			p.m.hostile.WithLabelValues("page_cap").Inc()
-			return fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached: %w",
+			return 0, 0, fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached: %w",
 				d.survey, stream, page, l.Total, errNotBelieved)
 		}
 	}
