@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -56,19 +58,19 @@ func TestSurveyLoopDistrustStepsAndReset(t *testing.T) {
 	cases := []struct {
 		name    string
 		opts    Options
-		hostile int             // passes not believed, then believed ones
+		hostile int             // passes not believed, then two believed ones
 		want    []time.Duration // the loop's sleeps
 	}{
 		{name: "active survey: from twice the base (25 s) to the safety net", hostile: 8,
 			opts: Options{PollInterval: 30 * time.Second, SettleLag: 5 * time.Second},
 			want: []time.Duration{50 * time.Second, 100 * time.Second, 200 * time.Second, 400 * time.Second, 800 * time.Second,
-				1600 * time.Second, 30 * time.Minute, 30 * time.Minute, 25 * time.Second}},
+				1600 * time.Second, 30 * time.Minute, 30 * time.Minute, 25 * time.Second, 25 * time.Second}},
 		{name: "a shorter safety net caps sooner", hostile: 4,
 			opts: Options{PollInterval: 10 * time.Second, SafetyNetInterval: time.Minute},
-			want: []time.Duration{20 * time.Second, 40 * time.Second, time.Minute, time.Minute, 10 * time.Second}},
+			want: []time.Duration{20 * time.Second, 40 * time.Second, time.Minute, time.Minute, 10 * time.Second, 10 * time.Second}},
 		{name: "webhooks: the safety net is the base and the ceiling", hostile: 3,
 			opts: Options{PollInterval: 30 * time.Second, Webhooks: true},
-			want: []time.Duration{30 * time.Minute, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute}},
+			want: []time.Duration{30 * time.Minute, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,6 +113,9 @@ func TestSurveyLoopDistrustStepsAndReset(t *testing.T) {
 			}
 			if n := strings.Count(out, "believed again"); n != 1 {
 				t.Errorf("%d lines saying the stream is believed again, want 1:\n%s", n, out)
+			}
+			if got := testutil.ToFloat64(p.m.distrusted.WithLabelValues("1", "completed")); got != 0 {
+				t.Errorf("distrusted gauge %v after believed passes", got)
 			}
 			if st := p.States(); len(st) != 1 || st[0].LastError != "" {
 				t.Errorf("after a believed pass: %+v", st)
