@@ -26,7 +26,7 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 	// The lists end a second after the pass started, as windows start a
 	// second early: whether the service's bounds are inclusive is not
 	// documented, and a response written before the pass must be listed.
-	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, listed: make(map[survey.GUID]int8, len(have))}
+	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, listed: make(map[survey.GUID]struct{}, len(have))}
 	defer func() {
 		if errors.Is(err, errNotBelieved) {
 			p.spentDistrusted(d.calls)
@@ -60,8 +60,8 @@ type reconcileDiff struct {
 	survey int64
 	until  time.Time              // the lists' upper bound: a second after the pass started
 	have   map[survey.GUID]string // the warehouse's current responses
-	listed map[survey.GUID]int8   // by the last pass over a stream that listed it
-	calls  int64                  // list calls
+	listed map[survey.GUID]struct{}
+	calls  int64 // list calls
 
 	missing, changed     []survey.GUID
 	missingSt, changedSt []string
@@ -86,8 +86,12 @@ func (d *reconcileDiff) vanished() []survey.GUID {
 // listed. Before, such a response was missed until the next reconcile (a
 // poll cycle does not read behind its watermark's overlap).
 func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream string) error {
-	for attempt := int8(1); ; attempt++ {
-		total, last, err := p.reconcilePass(ctx, d, stream, attempt)
+	for attempt := 1; ; attempt++ {
+		var again map[survey.GUID]struct{} // the ids of a pass after the first
+		if attempt > 1 {
+			again = map[survey.GUID]struct{}{}
+		}
+		total, last, err := p.reconcilePass(ctx, d, stream, again)
 		if err != nil || last == total {
 			return err
 		}
@@ -105,8 +109,9 @@ func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream str
 // reconcilePass pages one stream once into d and returns the totals its
 // first and last pages claimed. A claim of more than MaxReconcileResponses,
 // or pages beyond the cap, fail with errNotBelieved; a page adding no id
-// new to the pass ends it.
-func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream string, attempt int8) (first, last int, err error) {
+// new to the pass ends it. A pass after the first collects its ids in
+// again (a second id set, only while a list moves); the first needs none.
+func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream string, again map[survey.GUID]struct{}) (first, last int, err error) {
 	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
 	limit := absolute
 	for page := 1; ; page++ {
@@ -132,13 +137,18 @@ func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream str
 		}
 		added := 0
 		for _, it := range l.Data {
-			prev, dup := d.listed[it.ResponseID]
-			if prev == attempt {
+			_, dup := d.listed[it.ResponseID]
+			if again != nil {
+				if _, seen := again[it.ResponseID]; seen {
+					continue
+				}
+				again[it.ResponseID] = struct{}{}
+			} else if dup {
 				continue
 			}
 			added++
-			d.listed[it.ResponseID] = attempt
 			if !dup {
+				d.listed[it.ResponseID] = struct{}{}
 				p.compare(d, it.ResponseID, stream)
 			}
 		}
