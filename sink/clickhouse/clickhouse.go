@@ -62,10 +62,6 @@ type Options struct {
 	Secure bool
 	// DialTimeout bounds connecting (default 10s).
 	DialTimeout time.Duration
-	// MaxRetries is how many times Write retries a transiently failed insert
-	// with a fresh batch before it gives up (default 0: none, the caller
-	// owns retries — the pipeline retries writes with backoff).
-	MaxRetries int
 	// Logger receives operational messages (default: discarded).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default: a private registry).
@@ -128,9 +124,6 @@ func (o *Options) setDefaults() error {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.MaxRetries < 0 {
-		o.MaxRetries = 0
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
