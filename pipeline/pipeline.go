@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
@@ -140,9 +140,8 @@ type Pipeline struct {
 	mu        sync.RWMutex // guards sends on in against close
 	inClosed  bool
 
-	wmu  sync.Mutex    // guards ws and wait
-	ws   WriteStatus   // the state of the writes (WriteStatus)
-	wait time.Duration // the write path's next back-off ceiling
+	wmu sync.Mutex  // guards ws
+	ws  WriteStatus // the state of the writes (WriteStatus); ws.Attempts is the back-off's step
 }
 
 // New returns a pipeline reading details through f and writing to s.
@@ -569,7 +568,7 @@ func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err err
 		// Every response refused on its own: that is the table (a column's
 		// type changed, a replica behind on a migration), not the data.
 		// Wait as for an outage instead of rejecting good responses.
-		if err := sleep(ctx, p.failing(rejects[0].err, WriteRefused, resp)); err != nil {
+		if err := backoff.Sleep(ctx, p.failing(rejects[0].err, WriteRefused, resp)); err != nil {
 			return settled, err
 		}
 	}
@@ -643,7 +642,7 @@ func (p *Pipeline) writeRetry(ctx context.Context, b *flatten.Batch) error {
 		if permanent.Is(err) {
 			return err
 		}
-		if err := sleep(ctx, p.failing(err, "", resp)); err != nil {
+		if err := backoff.Sleep(ctx, p.failing(err, "", resp)); err != nil {
 			return err
 		}
 	}
@@ -678,16 +677,16 @@ func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
 		}
 		return
 	}
-	wait := p.o.RetryInitial
+	retry := backoff.Policy{Initial: p.o.RetryInitial, Max: p.o.RetryMax}
 	for attempt := 1; ; attempt++ {
 		err := p.o.Rejects.WriteRejects(ctx, recs)
 		if err == nil {
 			break
 		}
 		if ctx.Err() == nil && !permanent.Is(err) {
+			wait := retry.Delay(attempt)
 			p.o.Logger.Warn("reject store write failed; retrying", "attempt", attempt, "rejects", len(recs), "retry_in", wait, "err", err)
-			err = sleep(ctx, wait/2+rand.N(wait/2+1))
-			wait = min(wait*2, p.o.RetryMax)
+			err = backoff.Sleep(ctx, wait)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -726,15 +725,4 @@ func truncateUTF8(s string, n int) string {
 	}
 	const ellipsis = "…"
 	return strings.ToValidUTF8(s[:n-len(ellipsis)], "") + ellipsis
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
