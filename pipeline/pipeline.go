@@ -82,30 +82,43 @@ type Options struct {
 	OnResponse func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response)
 }
 
-func (o *Options) defaults() {
+// Defaults of zero Options fields (config's sync.fetch_concurrency and
+// sync.batch.* are these).
+const (
+	DefaultFetchConcurrency = 16
+	DefaultMaxRows          = 30_000
+	DefaultMaxBytes         = 64 << 20
+	DefaultMaxDelay         = time.Second
+	DefaultUrgentDelay      = 50 * time.Millisecond
+	DefaultRetryInitial     = 500 * time.Millisecond
+	DefaultRetryMax         = 30 * time.Second
+	DefaultRefusedRetryMax  = 2 * time.Minute
+)
+
+func (o *Options) setDefaults() {
 	if o.FetchConcurrency <= 0 {
-		o.FetchConcurrency = 16
+		o.FetchConcurrency = DefaultFetchConcurrency
 	}
 	if o.MaxRows <= 0 {
-		o.MaxRows = 30_000
+		o.MaxRows = DefaultMaxRows
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 64 << 20
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.MaxDelay <= 0 {
-		o.MaxDelay = time.Second
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.UrgentDelay <= 0 || o.UrgentDelay > o.MaxDelay {
-		o.UrgentDelay = min(50*time.Millisecond, o.MaxDelay)
+		o.UrgentDelay = min(DefaultUrgentDelay, o.MaxDelay)
 	}
 	if o.RetryInitial <= 0 {
-		o.RetryInitial = 500 * time.Millisecond
+		o.RetryInitial = DefaultRetryInitial
 	}
 	if o.RetryMax <= 0 {
-		o.RetryMax = 30 * time.Second
+		o.RetryMax = DefaultRetryMax
 	}
 	if o.RefusedRetryMax <= 0 {
-		o.RefusedRetryMax = 2 * time.Minute
+		o.RefusedRetryMax = DefaultRefusedRetryMax
 	}
 	o.RefusedRetryMax = max(o.RefusedRetryMax, o.RetryMax)
 	if o.Allocator == nil {
@@ -146,7 +159,7 @@ type Pipeline struct {
 
 // New returns a pipeline reading details through f and writing to s.
 func New(o Options, f Fetcher, s Sink) *Pipeline {
-	o.defaults()
+	o.setDefaults()
 	return &Pipeline{
 		o:        o,
 		fetcher:  f,

@@ -17,6 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultDatabase is Options.Database's default, also config's
+// (clickhouse.database).
+const DefaultDatabase = "surveysync"
+
 // DefaultDialTimeout is Options.DialTimeout's default, also config's
 // clickhouse.dial_timeout.
 const DefaultDialTimeout = 10 * time.Second
@@ -105,7 +109,7 @@ func (o *Options) setDefaults() error {
 		return errors.New("clickhouse: options: addr: at least one host:port is required")
 	}
 	if o.Database == "" {
-		o.Database = "surveysync"
+		o.Database = DefaultDatabase
 	}
 	if !identRE.MatchString(o.Database) {
 		return fmt.Errorf("clickhouse: options: database %q: must match %s", o.Database, identRE)

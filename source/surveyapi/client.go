@@ -135,34 +135,7 @@ func New(o Options) (*Client, error) {
 	if o.MaxBody < 0 || o.BodyBudget < 0 {
 		return nil, fmt.Errorf("surveyapi: max body %d, body budget %d: must be >= 0", o.MaxBody, o.BodyBudget)
 	}
-	if o.MaxBody == 0 {
-		o.MaxBody = DefaultMaxBody
-	}
-	if o.BodyBudget == 0 {
-		o.BodyBudget = DefaultBodyBudget
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.Timeout, DefaultTimeout)
-	def(&o.RetryInitial, DefaultRetryInitial)
-	def(&o.RetryMax, DefaultRetryMax)
-	def(&o.QuotaPause, DefaultQuotaPause)
-	def(&o.AuthProbeInterval, DefaultAuthProbeInterval)
-	if o.RetryMax < o.RetryInitial {
-		o.RetryMax = o.RetryInitial
-	}
-	if o.MaxConcurrency == 0 {
-		o.MaxConcurrency = DefaultMaxConcurrency
-	}
-	switch {
-	case o.MaxRetries == 0:
-		o.MaxRetries = DefaultMaxRetries
-	case o.MaxRetries < 0:
-		o.MaxRetries = 0
-	}
+	o.setDefaults()
 	bg, err := newBudget(o.BodyBudget, o.MaxBody, o.MaxConcurrency)
 	if err != nil {
 		return nil, err
@@ -221,6 +194,39 @@ func New(o Options) (*Client, error) {
 		m.authFailed.Set(b2f(mode == modeUnauthorized))
 	})
 	return c, nil
+}
+
+// setDefaults gives zero fields their Default* value (New has refused
+// negative sizes and counts; a negative MaxRetries means none).
+func (o *Options) setDefaults() {
+	if o.MaxBody == 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.BodyBudget == 0 {
+		o.BodyBudget = DefaultBodyBudget
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.Timeout, DefaultTimeout)
+	def(&o.RetryInitial, DefaultRetryInitial)
+	def(&o.RetryMax, DefaultRetryMax)
+	def(&o.QuotaPause, DefaultQuotaPause)
+	def(&o.AuthProbeInterval, DefaultAuthProbeInterval)
+	if o.RetryMax < o.RetryInitial {
+		o.RetryMax = o.RetryInitial
+	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = DefaultMaxConcurrency
+	}
+	switch {
+	case o.MaxRetries == 0:
+		o.MaxRetries = DefaultMaxRetries
+	case o.MaxRetries < 0:
+		o.MaxRetries = 0
+	}
 }
 
 // Close releases idle connections of the client's own transport (an
