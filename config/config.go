@@ -386,7 +386,7 @@ func defaults() *Config {
 			Enabled:        true,
 			MaxConcurrency: 4,
 			MaxSize:        1 << 30,
-			TypeMatch:      append([]string(nil), files.DefaultTypeMatch...),
+			TypeMatch:      files.DefaultTypeMatch(),
 		},
 		Metrics:  Metrics{Listen: "127.0.0.1:9464"},
 		Shutdown: Shutdown{DrainTimeout: 30 * time.Second},
