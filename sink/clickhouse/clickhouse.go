@@ -104,24 +104,12 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // macros, e.g. /clickhouse/{cluster}/tables).
 var zkPathRE = regexp.MustCompile(`^/[A-Za-z0-9_./{}-]*$`)
 
-func (o *Options) setDefaults() error {
-	if len(o.Addr) == 0 {
-		return errors.New("clickhouse: options: addr: at least one host:port is required")
-	}
+func (o *Options) setDefaults() {
 	if o.Database == "" {
 		o.Database = DefaultDatabase
 	}
-	if !identRE.MatchString(o.Database) {
-		return fmt.Errorf("clickhouse: options: database %q: must match %s", o.Database, identRE)
-	}
-	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
-		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
-	}
 	if o.ZooKeeperPrefix == "" {
 		o.ZooKeeperPrefix = DefaultZooKeeperPrefix
-	}
-	if !zkPathRE.MatchString(o.ZooKeeperPrefix) {
-		return fmt.Errorf("clickhouse: options: zookeeper_prefix %q: must be an absolute path matching %s", o.ZooKeeperPrefix, zkPathRE)
 	}
 	if o.DDLTimeout <= 0 {
 		o.DDLTimeout = DefaultDDLTimeout
@@ -134,6 +122,22 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
+	}
+}
+
+// validate checks the options after setDefaults.
+func (o *Options) validate() error {
+	if len(o.Addr) == 0 {
+		return errors.New("clickhouse: options: addr: at least one host:port is required")
+	}
+	if !identRE.MatchString(o.Database) {
+		return fmt.Errorf("clickhouse: options: database %q: must match %s", o.Database, identRE)
+	}
+	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
+		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
+	}
+	if !zkPathRE.MatchString(o.ZooKeeperPrefix) {
+		return fmt.Errorf("clickhouse: options: zookeeper_prefix %q: must be an absolute path matching %s", o.ZooKeeperPrefix, zkPathRE)
 	}
 	return nil
 }
@@ -160,7 +164,8 @@ type Sink struct {
 // version and applies the embedded migrations that are not yet recorded in
 // schema_migrations.
 func Open(ctx context.Context, o Options) (*Sink, error) {
-	if err := o.setDefaults(); err != nil {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	chOpts := &ch.Options{

@@ -71,13 +71,15 @@ func TestOptionsValidation(t *testing.T) {
 		{Options{Addr: []string{"x:9000"}, Cluster: "a;DROP"}, "cluster"},
 	}
 	for _, c := range cases {
-		err := c.o.setDefaults()
+		c.o.setDefaults()
+		err := c.o.validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err = %v, want mention of %s", c.o, err, c.want)
 		}
 	}
 	o := Options{Addr: []string{"x:9000"}}
-	if err := o.setDefaults(); err != nil {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
 	if o.Database != "surveysync" || o.DialTimeout != 10*time.Second || o.Logger == nil || o.Registerer == nil {
