@@ -566,6 +566,9 @@ func TestRetryBackoffBoundsAndCancel(t *testing.T) {
 	if el > 2*time.Second { // two waits of at most 20 and 30 ms, plus slack for a loaded machine
 		t.Errorf("took %v", el)
 	}
+	if el < 25*time.Millisecond { // equal jitter (internal/backoff): at least half of each step, 10 + 15 ms
+		t.Errorf("took %v: the retries did not wait at least half of each back-off step", el)
+	}
 
 	// Cancellation stops the wait at once.
 	h2 := newClient(t, s.URL, func(o *Options) {
