@@ -137,15 +137,15 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-func (o *Options) defaults() {
+func (o *Options) setDefaults() {
 	if len(o.Statuses) == 0 {
 		o.Statuses = []string{pipeline.StreamCompleted, pipeline.StreamDisqualified, pipeline.StreamQuotaFull, pipeline.StreamPartial}
 	}
 	if o.PollInterval <= 0 {
-		o.PollInterval = 30 * time.Second
+		o.PollInterval = DefaultPollInterval
 	}
 	if o.Overlap <= 0 {
-		o.Overlap = 10 * time.Minute
+		o.Overlap = DefaultOverlap
 	}
 	if o.ProgressInterval <= 0 {
 		o.ProgressInterval = 10 * time.Second
@@ -154,16 +154,16 @@ func (o *Options) defaults() {
 		o.SettleLag = 0
 	}
 	if o.PartialLookback <= 0 {
-		o.PartialLookback = 72 * time.Hour
+		o.PartialLookback = DefaultPartialLookback
 	}
 	if o.PartialRescanInterval <= 0 {
-		o.PartialRescanInterval = 10 * time.Minute
+		o.PartialRescanInterval = DefaultPartialRescanInterval
 	}
 	if o.ReconcileInterval == 0 {
-		o.ReconcileInterval = 6 * time.Hour
+		o.ReconcileInterval = DefaultReconcileInterval
 	}
 	if o.BackfillFrom.IsZero() {
-		o.BackfillFrom = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+		o.BackfillFrom = DefaultBackfillFrom()
 	}
 	if o.PerPage <= 0 || o.PerPage > 1000 {
 		o.PerPage = 1000
@@ -262,7 +262,7 @@ type surveyRun struct {
 // New returns a poller. inv may be nil (no reconcile pass, and no held set
 // after a restart).
 func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inventory) *Poller {
-	o.defaults()
+	o.setDefaults()
 	p := &Poller{
 		o: o, lister: l, sub: s, states: states, inv: inv,
 		m:       newMetrics(o.Registerer, o.Statuses),
