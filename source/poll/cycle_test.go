@@ -423,3 +423,51 @@ func TestRestartFromSavedState(t *testing.T) {
 		})
 	}
 }
+
+// The range a cycle reads: from BackfillFrom on the first, else from the
+// watermark less the overlap, to now less the settle lag; a partial stream
+// re-reads its whole lookback every PartialRescanInterval, unless its
+// lists are not believed.
+func TestCycleRange(t *testing.T) {
+	wm := cycleNow.Add(-time.Hour)
+	backfill := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name       string
+		stream     string
+		watermark  time.Time
+		lastRescan time.Duration // before now; 0: never
+		distrust   int
+		settle     time.Duration
+		from, to   time.Time
+		rescan     bool
+	}{
+		{name: "first cycle: the backfill", stream: "completed", from: backfill, to: cycleNow},
+		{name: "later: the watermark less the overlap", stream: "completed", watermark: wm, from: wm.Add(-10 * time.Minute), to: cycleNow},
+		{name: "the settle lag ends the range earlier, on a second", stream: "completed", watermark: wm, settle: 5500 * time.Millisecond,
+			from: wm.Add(-10 * time.Minute), to: cycleNow.Add(-6 * time.Second)},
+		{name: "never before BackfillFrom", stream: "completed", watermark: backfill.Add(time.Minute), from: backfill, to: cycleNow},
+		{name: "partial, first cycle: the backfill, no rescan", stream: "partial", from: backfill, to: cycleNow},
+		{name: "partial, rescan due: the lookback", stream: "partial", watermark: wm, lastRescan: 10 * time.Minute,
+			from: wm.Add(-72 * time.Hour), to: cycleNow, rescan: true},
+		{name: "partial, rescanned lately: the overlap", stream: "partial", watermark: wm, lastRescan: 9 * time.Minute,
+			from: wm.Add(-10 * time.Minute), to: cycleNow},
+		{name: "partial, not believed: no rescan", stream: "partial", watermark: wm, lastRescan: time.Hour, distrust: 1,
+			from: wm.Add(-10 * time.Minute), to: cycleNow},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Options{SettleLag: tc.settle, Now: func() time.Time { return cycleNow }}, nil, nil, nil, nil)
+			key := streamKey{1, tc.stream}
+			if tc.lastRescan > 0 {
+				p.rescan[key] = cycleNow.Add(-tc.lastRescan)
+			}
+			from, to, rescan := p.cycleRange(key, tc.watermark, tc.distrust)
+			if !from.Equal(tc.from) || !to.Equal(tc.to) || rescan != tc.rescan {
+				t.Fatalf("[%v, %v) rescan %v, want [%v, %v) rescan %v", from, to, rescan, tc.from, tc.to, tc.rescan)
+			}
+			if tc.stream == "partial" && (tc.watermark.IsZero() || tc.rescan) && !p.rescan[key].Equal(cycleNow) {
+				t.Fatalf("the partial stream's last full read is %v, want now", p.rescan[key])
+			}
+		})
+	}
+}
