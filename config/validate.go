@@ -263,14 +263,17 @@ var zkPathRe = regexp.MustCompile(`^/[A-Za-z0-9_./{}-]*$`)
 // S3-compatible storage (sink/blob; docs/files.md).
 var FileSchemes = []string{"file", "s3"}
 
-// otherStores names the object stores surveysync does not talk to directly,
-// by files.url scheme and by the files.<key> sections earlier examples
-// offered for them.
-var otherStores = map[string]string{
-	"gs":     "Google Cloud Storage",
-	"gcs":    "Google Cloud Storage",
-	"azblob": "Azure Blob Storage",
-	"azure":  "Azure Blob Storage",
+// otherStore names an object store surveysync does not talk to directly,
+// by files.url scheme or by the files.<key> section earlier examples
+// offered for it.
+func otherStore(s string) (string, bool) {
+	switch s {
+	case "gs", "gcs":
+		return "Google Cloud Storage", true
+	case "azblob", "azure":
+		return "Azure Blob Storage", true
+	}
+	return "", false
 }
 
 // unsupportedStore explains that what is not supported, what is, and the
@@ -289,7 +292,7 @@ func unsupportedStoreKey(key string) (string, bool) {
 		return "", false
 	}
 	section, _, _ := strings.Cut(rest, ".")
-	name, ok := otherStores[section]
+	name, ok := otherStore(section)
 	if !ok {
 		return "", false
 	}
@@ -307,7 +310,7 @@ func (c *Config) validateFiles(p *problems) {
 		p.add("files.url", "must be a URL such as file:///var/lib/surveysync/files or s3://bucket?region=eu-central-1 (got %q)", f.URL.String())
 	case !slices.Contains(FileSchemes, u.Scheme):
 		what := fmt.Sprintf("scheme %q", u.Scheme)
-		if name, ok := otherStores[u.Scheme]; ok {
+		if name, ok := otherStore(u.Scheme); ok {
 			what = fmt.Sprintf("%s (%s://)", name, u.Scheme)
 		}
 		p.add("files.url", "%s", unsupportedStore(what))

@@ -27,10 +27,6 @@ const (
 	MetaFileID     = "file-id"     // lower-case GUID
 )
 
-// Schemes are the files.url schemes a Store opens: a local folder and S3
-// (AWS or any S3-compatible server).
-var Schemes = []string{"file", "s3"}
-
 // ErrNotExist is matched by the error of an operation on an object that is
 // not in the store.
 var ErrNotExist = errors.New("object does not exist")
@@ -83,7 +79,11 @@ type parts struct {
 	concurrency int
 }
 
-var defaultParts = parts{size: 5 << 20, concurrency: 2}
+// Defaults of parts: S3's minimum part size, two parts at once.
+const (
+	defaultPartSize        = 5 << 20
+	defaultPartConcurrency = 2
+)
 
 // Store is an opened bucket plus the URL prefix that names its objects.
 type Store struct {
@@ -103,9 +103,9 @@ func DefaultURL(dataDir string) (string, error) {
 	return "file://" + filepath.ToSlash(abs), nil
 }
 
-// UnsupportedScheme is the explanation given for a files.url whose scheme
-// is not file or s3 (gs://, azblob://, …).
-func UnsupportedScheme(scheme string) string {
+// unsupportedScheme is the explanation given for a files.url whose scheme
+// is not file or s3 (gs://, azblob://, …); config says the same.
+func unsupportedScheme(scheme string) string {
 	return fmt.Sprintf("scheme %q is not supported: surveysync stores files in a local folder (file:///abs/dir) or in S3-compatible storage (s3://bucket?region=…); "+
 		"for Google Cloud Storage use its S3-compatible endpoint (s3://bucket?endpoint=https://storage.googleapis.com&region=auto with HMAC keys), "+
 		"for Azure Blob Storage an S3-compatible gateway such as versitygw's azure backend (see docs/files.md)", scheme)
@@ -133,7 +133,7 @@ func OpenStore(ctx context.Context, o StoreOptions) (*Store, error) {
 	case "s3":
 		b, err = openS3(ctx, u, o)
 	default:
-		return nil, fmt.Errorf("blob: files url %q: %s", u.Redacted(), UnsupportedScheme(u.Scheme))
+		return nil, fmt.Errorf("blob: files url %q: %s", u.Redacted(), unsupportedScheme(u.Scheme))
 	}
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (s *Store) Attributes(ctx context.Context, key string) (Attributes, error) 
 // complete: on any error nothing is under key (an existing object stays
 // as it was).
 func (s *Store) Put(ctx context.Context, key string, body io.ReaderAt, size int64, a Attributes) error {
-	return s.put(ctx, key, body, size, a, defaultParts)
+	return s.put(ctx, key, body, size, a, parts{})
 }
 
 func (s *Store) put(ctx context.Context, key string, body io.ReaderAt, size int64, a Attributes, p parts) error {
@@ -189,10 +189,10 @@ func (s *Store) put(ctx context.Context, key string, body io.ReaderAt, size int6
 		return err
 	}
 	if p.size <= 0 {
-		p.size = defaultParts.size
+		p.size = defaultPartSize
 	}
 	if p.concurrency <= 0 {
-		p.concurrency = defaultParts.concurrency
+		p.concurrency = defaultPartConcurrency
 	}
 	return s.b.put(ctx, key, body, size, a, p)
 }

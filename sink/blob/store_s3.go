@@ -253,7 +253,9 @@ func escapedMetadata(md map[string]string) map[string]string {
 // unsignedPayload skips the SigV4 payload hash: the SHA-256 is ours (in
 // the metadata) and the SDK's CRC covers the body, so hashing every byte
 // once more only costs CPU (UNSIGNED-PAYLOAD, as over HTTPS).
-var unsignedPayload = s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
+func unsignedPayload(o *s3.Options) {
+	o.APIOptions = append(o.APIOptions, v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
+}
 
 // put sends objects up to singlePut bytes in one streamed PutObject, which
 // S3 creates only when it completes, and bigger ones as a multipart
