@@ -20,59 +20,79 @@ func (c *Copier) process(ctx context.Context, t task) {
 			c.q.done(t)
 		}
 	}()
-	if t.del {
-		if err := c.markDeleted(ctx, t.ref.SurveyID, t.ref.ResponseID); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c.m.failures.WithLabelValues(ReasonDelete).Inc()
-			t.attempts++
-			c.o.Logger.Warn("deleted response's files not marked yet; will retry",
-				"survey_id", t.ref.SurveyID, "response_id", t.ref.ResponseID, "attempt", t.attempts, "err", err)
-			t.due = c.o.Now().Add(c.retryWait(t.attempts))
-			c.q.later(t)
-			requeued = true
-		}
-		return
-	}
-	if c.wasDeleted(t.ref) {
-		return // its response was deleted after the file was queued
-	}
-	start := c.o.Now()
-	st, err := c.Copy(ctx, t.ref)
-	if err != nil {
-		if ctx.Err() != nil {
-			// Shutting down: Run records the file as pending.
-			c.record(files.Record{FileRef: t.ref, StoredAt: c.o.Now(), Error: "pending: copy interrupted by shutdown", Attempts: t.attempts})
+	switch {
+	case t.del:
+		requeued = c.processDelete(ctx, t)
+	case c.wasDeleted(t.ref):
+		// its response was deleted after the file was queued
+	default:
+		start := c.o.Now()
+		st, err := c.Copy(ctx, t.ref)
+		if err != nil {
+			requeued = c.failed(ctx, t, st, err)
 			return
 		}
-		t.attempts++
-		reason := ReasonDownload
-		var ce *CopyError
-		if errors.As(err, &ce) {
-			reason = ce.Reason
-		}
-		c.m.failures.WithLabelValues(reason).Inc()
-		now := c.o.Now()
-		permanent := c.permanent(err)
-		msg := err.Error()
-		if permanent {
-			msg = permanentPrefix + msg
-		}
-		c.record(files.Record{FileRef: t.ref, ObjectURL: st.ObjectURL, StoredAt: now, Error: msg, Attempts: t.attempts})
-		if permanent || t.attempts >= c.o.MaxAttempts {
-			c.settle(t.ref, false)
-			c.o.Logger.Error("file not copied; left in the index for a later pass",
-				"survey_id", t.ref.SurveyID, "response_id", t.ref.ResponseID, "file_id", t.ref.FileID, "attempts", t.attempts, "reason", reason, "err", err)
-			return
-		}
-		c.o.Logger.Warn("file copy failed; will retry",
-			"survey_id", t.ref.SurveyID, "response_id", t.ref.ResponseID, "file_id", t.ref.FileID, "attempt", t.attempts, "reason", reason, "err", err)
-		t.due = now.Add(c.retryWait(t.attempts))
-		c.q.later(t)
-		requeued = true
-		return
+		c.stored(t, st, start)
 	}
+}
+
+// processDelete marks a deleted response's files; on failure it puts t
+// back for a retry after the back-off and reports true.
+func (c *Copier) processDelete(ctx context.Context, t task) (requeued bool) {
+	err := c.markDeleted(ctx, t.ref.SurveyID, t.ref.ResponseID)
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	c.m.failures.WithLabelValues(ReasonDelete).Inc()
+	t.attempts++
+	c.o.Logger.Warn("deleted response's files not marked yet; will retry",
+		"survey_id", t.ref.SurveyID, "response_id", t.ref.ResponseID, "attempt", t.attempts, "err", err)
+	t.due = c.o.Now().Add(c.retryWait(t.attempts))
+	c.q.later(t)
+	return true
+}
+
+// failed records a failed copy attempt in the index and either puts t back
+// for a retry after the back-off (reporting true) or, when the failure is
+// permanent or MaxAttempts is reached, leaves the file to the index
+// reload. A failure caused by shutdown is recorded as pending instead.
+func (c *Copier) failed(ctx context.Context, t task, st Stored, err error) (requeued bool) {
+	if ctx.Err() != nil {
+		// Shutting down: Run records the file as pending.
+		c.record(files.Record{FileRef: t.ref, StoredAt: c.o.Now(), Error: "pending: copy interrupted by shutdown", Attempts: t.attempts})
+		return false
+	}
+	t.attempts++
+	reason := ReasonDownload
+	var ce *CopyError
+	if errors.As(err, &ce) {
+		reason = ce.Reason
+	}
+	c.m.failures.WithLabelValues(reason).Inc()
+	now := c.o.Now()
+	permanent := c.permanent(err)
+	msg := err.Error()
+	if permanent {
+		msg = permanentPrefix + msg
+	}
+	c.record(files.Record{FileRef: t.ref, ObjectURL: st.ObjectURL, StoredAt: now, Error: msg, Attempts: t.attempts})
+	if permanent || t.attempts >= c.o.MaxAttempts {
+		c.settle(t.ref, false)
+		c.o.Logger.Error("file not copied; left in the index for a later pass",
+			"survey_id", t.ref.SurveyID, "response_id", t.ref.ResponseID, "file_id", t.ref.FileID, "attempts", t.attempts, "reason", reason, "err", err)
+		return false
+	}
+	c.o.Logger.Warn("file copy failed; will retry",
+		"survey_id", t.ref.SurveyID, "response_id", t.ref.ResponseID, "file_id", t.ref.FileID, "attempt", t.attempts, "reason", reason, "err", err)
+	t.due = now.Add(c.retryWait(t.attempts))
+	c.q.later(t)
+	return true
+}
+
+// stored counts and records a file that is in the store (copied now or
+// found there), and marks it again when its response was deleted while
+// the copy ran.
+func (c *Copier) stored(t task, st Stored, start time.Time) {
 	if st.Skipped {
 		c.m.skipped.Inc()
 	} else {
