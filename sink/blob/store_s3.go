@@ -324,7 +324,7 @@ func (b *s3Backend) putParts(ctx context.Context, key string, body io.ReaderAt, 
 		if _, aerr := b.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
 			Bucket: aws.String(b.bucket), Key: aws.String(key), UploadId: up.UploadId,
 		}); aerr != nil {
-			err = fmt.Errorf("%w (and abort multipart upload %s: %v)", err, aws.ToString(up.UploadId), aerr)
+			err = fmt.Errorf("%w (and abort multipart upload %s: %w)", err, aws.ToString(up.UploadId), aerr)
 		}
 	}()
 
