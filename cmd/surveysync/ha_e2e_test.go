@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/internal/zktest"
 	"github.com/surveysync/surveysync/sim"
@@ -31,7 +32,7 @@ type haDaemon struct {
 func (h *haDaemon) status() (ha.Status, error) {
 	var s ha.Status
 	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + h.metrics + haStatusPath)
+	resp, err := c.Get("http://" + h.metrics + daemon.HAStatusPath)
 	if err != nil {
 		return s, err
 	}

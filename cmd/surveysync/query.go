@@ -12,9 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/survey"
 )
 
 type queryFlags struct {
@@ -119,8 +120,8 @@ func printSample(w io.Writer, cur *parquet.Current, n int) {
 
 // queryClickHouse counts responses_current per survey and status.
 func queryClickHouse(ctx context.Context, cfg *config.Config, q queryFlags, stdout, stderr io.Writer) int {
-	log := newLogger(cfg, stderr)
-	wh, err := openWarehouse(ctx, cfg, log, prometheus.NewRegistry())
+	log := daemon.NewLogger(cfg, stderr)
+	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync query:", err)
 		return exitFail

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	gblob "gocloud.dev/blob"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func openBlobStore(ctx context.Context, cfg *config.Config) (*blob.Store, error) {

@@ -1,4 +1,13 @@
-package main
+// Package daemon is surveysync's daemon: it translates the configuration
+// into components (the API client, the warehouse, the pipeline, the poller,
+// the webhook receiver, the file copier, the feeds, the HA elector), wires
+// them to one another, and holds the policy between them: what a webhook
+// event means (webhooks.go), which surveys are polled and the surveys table
+// (surveys.go), what only the HA leader runs (ha.go), and the metrics
+// listener with its health and status endpoints (metrics.go). Run is the
+// daemon; cmd/surveysync parses the command line, calls into this package
+// and prints.
+package daemon
 
 import (
 	"context"
@@ -12,6 +21,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -26,24 +36,35 @@ import (
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
-	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 
-type runFlags struct {
-	exitWhenSynced bool
+// Options are what the command line adds to the configuration for Run.
+type Options struct {
+	// Version is the build's version, for the surveysync_build_info metric
+	// and the start line of the log.
+	Version string
+	// ExitWhenSynced stops the daemon once every survey is caught up (the
+	// poller's first pass ended and the file copier drained); it fails if
+	// a configured survey cannot be read, or the service rejects the token.
+	ExitWhenSynced bool
+	// OnSynced, with ExitWhenSynced, is called once every survey is caught
+	// up, before the daemon stops: synced responses in all, and where the
+	// data is (the warehouse's String).
+	OnSynced func(synced int64, where string)
 }
 
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+// NewLogger is the log of a command, as log.level and log.format say.
+func NewLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
@@ -110,7 +131,8 @@ func startEmulator(ctx context.Context, g *errgroup.Group, cfg *config.Config, l
 	return s, nil
 }
 
-func newClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*surveyapi.Client, error) {
+// NewClient is the API client of api:.
+func NewClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*surveyapi.Client, error) {
 	return surveyapi.New(surveyapi.Options{
 		BaseURL:        cfg.API.BaseURL.Value(),
 		Token:          cfg.API.Token.Value(),
@@ -125,8 +147,9 @@ func newClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) 
 	})
 }
 
-// openWarehouse opens ClickHouse when configured, else the Parquet directory.
-func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
+// OpenWarehouse opens ClickHouse when configured, else the Parquet
+// directory, with the privacy rules of its webhook log and feed ledger.
+func OpenWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
 	p, err := newPolicy(cfg)
 	if err != nil {
 		return nil, err
@@ -138,11 +161,11 @@ func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, re
 	return withPrivacy(wh, p), nil
 }
 
-// openBackend opens the warehouse's backend (openWarehouse adds the
+// openBackend opens the warehouse's backend (OpenWarehouse adds the
 // privacy rules of its webhook log and feed ledger).
 func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
 	if len(cfg.ClickHouse.Addr) > 0 {
-		return clickhouse.OpenWarehouse(ctx, clickhouseOptions(cfg, log, reg))
+		return clickhouse.OpenWarehouse(ctx, ClickHouseOptions(cfg, log, reg))
 	}
 	dir, err := filepath.Abs(cfg.Parquet.Dir)
 	if err != nil {
@@ -151,9 +174,9 @@ func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg 
 	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
 }
 
-// clickhouseOptions maps the clickhouse section of the configuration onto
+// ClickHouseOptions maps the clickhouse section of the configuration onto
 // the sink's options.
-func clickhouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) clickhouse.Options {
+func ClickHouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) clickhouse.Options {
 	return clickhouse.Options{
 		Addr:            cfg.ClickHouse.Addr,
 		Database:        cfg.ClickHouse.Database,
@@ -171,27 +194,22 @@ func clickhouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Regi
 	}
 }
 
-func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, stderr io.Writer) int {
-	log := newLogger(cfg, stderr)
-	if err := daemon(ctx, cfg, fl, log, stdout); err != nil {
-		log.Error("surveysync stopped with an error", "err", err)
-		fmt.Fprintln(stderr, "surveysync run:", err)
-		return exitFail
-	}
-	return exitOK
-}
-
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
 // is not set: the live heap of a sync is about 150 MiB at the default batch
 // size, and without a limit the collector lets the heap grow to twice that
 // before it runs (docs/architecture.md, "Memory").
 const defaultMemoryLimit = 256 << 20
 
-func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.Logger, stdout io.Writer) error {
+// Run is the daemon (surveysync run): it runs until ctx ends (SIGTERM),
+// then stops taking work and drains the pipeline for at most
+// shutdown.drain_timeout; with ExitWhenSynced, until every survey is
+// caught up. It changes cfg when it starts the built-in emulator (the API
+// section then points at it).
+func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Options) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
-	reg := newRegistry()
+	reg := newRegistry(o.Version)
 
 	// Two contexts: intake stops on SIGTERM (sources stop reading), work is
 	// cancelled only after the drain timeout (the hard stop).
@@ -209,11 +227,11 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			return err
 		}
 	}
-	client, err := newClient(cfg, log, reg)
+	client, err := NewClient(cfg, log, reg)
 	if err != nil {
 		return fmt.Errorf("api client: %w", err)
 	}
-	wh, err := openWarehouse(intakeCtx, cfg, log, reg)
+	wh, err := OpenWarehouse(intakeCtx, cfg, log, reg)
 	if err != nil {
 		return fmt.Errorf("open sink: %w", err)
 	}
@@ -228,11 +246,10 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 			return err
 		}
 	}
-	log.Info("surveysync started", "version", readBuildInfo().Version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
+	log.Info("surveysync started", "version", o.Version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
 
 	work := d.startWork(workCtx)
-	go notifyReady(intakeCtx, d, log)
-	intakeErr := d.runIntake(intakeCtx, cancelIntake, fl, cfg, stdout)
+	intakeErr := d.runIntake(intakeCtx, cancelIntake, o)
 	if rootCtx.Err() != nil {
 		notifyStopping(log)
 		log.Info("stopping: intake closed, draining the pipeline", "drain_timeout", cfg.Shutdown.DrainTimeout)
@@ -254,15 +271,14 @@ func daemon(rootCtx context.Context, cfg *config.Config, fl runFlags, log *slog.
 	return nil
 }
 
-func newRegistry() *prometheus.Registry {
+func newRegistry(version string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "surveysync_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	reg.MustRegister(buildInfo)
-	b := readBuildInfo()
-	buildInfo.WithLabelValues(b.Version, b.GoVersion).Set(1)
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return reg
 }
 
@@ -357,7 +373,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 				}
 			}
 		}
-		if d.feeds, err = newFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
+		if d.feeds, err = NewFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
 			return nil, fmt.Errorf("feeds: %w", err)
 		}
 	}
@@ -402,13 +418,14 @@ func (d *parts) startWork(ctx context.Context) *errgroup.Group {
 
 // runIntake runs the sources until SIGTERM, a fatal error of theirs, or
 // (with exitWhenSynced) the first full pass.
-func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFlags, cfg *config.Config, stdout io.Writer) error {
+func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Options) error {
 	intake, ctx := errgroup.WithContext(ctx)
+	intake.Go(func() error { notifyReady(ctx, d, d.log); return nil })
 	intake.Go(func() error { return d.runLeaderWork(ctx) })
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
 	}
-	if fl.exitWhenSynced {
+	if o.ExitWhenSynced {
 		intake.Go(func() error { return watchToken(ctx, d.health.client) })
 		intake.Go(func() error {
 			if d.waitSynced(ctx) {
@@ -420,8 +437,9 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, fl runFl
 				for _, st := range d.poller.States() {
 					n += st.Synced
 				}
-				fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, d.where)
-				printWhereToLook(stdout, cfg)
+				if o.OnSynced != nil {
+					o.OnSynced(n, d.where)
+				}
 				stop()
 			}
 			return nil
@@ -482,21 +500,6 @@ func pollingSet(cfg *config.Config, book *surveyBook) []int64 {
 		}
 	}
 	return out
-}
-
-func printWhereToLook(w io.Writer, cfg *config.Config) {
-	if len(cfg.ClickHouse.Addr) > 0 {
-		fmt.Fprintf(w, "  clickhouse-client --query 'SELECT response_status, count() FROM %s.responses_current GROUP BY response_status'\n", cfg.ClickHouse.Database)
-		return
-	}
-	dir := cfg.Parquet.Dir
-	fmt.Fprintf(w, "  responses: %s\n  answers:   %s\n", filepath.Join(dir, flatten.TableResponses), filepath.Join(dir, flatten.TableAnswers))
-	if cfg.Files.Enabled {
-		fmt.Fprintf(w, "  uploaded files: %s (index: %s)\n", cfg.Files.URL, filepath.Join(dir, "uploaded_files.jsonl"))
-	}
-	fmt.Fprintf(w, "  look at it: surveysync query --parquet-dir %s\n", dir)
-	fmt.Fprintf(w, "  or DuckDB (current rows: latest version per response, deleted excluded; docs/parquet.md):\n")
-	fmt.Fprintf(w, "    duckdb -c \"SELECT response_status, count(*) FROM (SELECT * FROM read_parquet('%s/responses/**/*.parquet', hive_partitioning = false) QUALIFY row_number() OVER (PARTITION BY response_id ORDER BY _version DESC) = 1) WHERE is_deleted = 0 GROUP BY 1\"\n", dir)
 }
 
 // health answers /healthz and /readyz, and /status/sink (the state of
@@ -642,7 +645,7 @@ func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.Serve
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET "+sinkStatusPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+SinkStatusPath, func(w http.ResponseWriter, r *http.Request) {
 		if h.writes == nil {
 			http.Error(w, "no pipeline", http.StatusNotFound)
 			return
