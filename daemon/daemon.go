@@ -1,45 +1,34 @@
 // Package daemon is surveysync's daemon: it translates the configuration
-// into components (the API client, the warehouse, the pipeline, the poller,
-// the webhook receiver, the file copier, the feeds, the HA elector), wires
-// them to one another, and holds the policy between them: what a webhook
-// event means (webhooks.go), which surveys are polled and the surveys table
-// (surveys.go), what only the HA leader runs (ha.go), and the metrics
-// listener with its health and status endpoints (metrics.go). Run is the
-// daemon; cmd/surveysync parses the command line, calls into this package
-// and prints.
+// into components (components.go: the log, the API client, the warehouse,
+// the webhook receiver; feeds.go, blob.go, privacy.go, ha.go), wires them
+// to one another (assemble), and holds the policy between them: what a
+// webhook event means (webhooks.go), which surveys are polled (polling.go)
+// and the surveys table (surveys.go), what only the HA leader runs
+// (ha.go), and the metrics listener with its health and status endpoints
+// (metrics.go). Doctor (doctor.go) checks what Run needs; remote.go is the
+// client side of a running daemon's listener, for surveysync status.
+// cmd/surveysync parses the command line, calls into this package and
+// prints.
 package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/blob"
-	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/poll"
@@ -61,137 +50,6 @@ type Options struct {
 	// up, before the daemon stops: synced responses in all, and where the
 	// data is (the warehouse's String).
 	OnSynced func(synced int64, where string)
-}
-
-// NewLogger is the log of a command, as log.level and log.format say.
-func NewLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// startEmulator runs the built-in emulator on loopback and points the API
-// configuration at it.
-func startEmulator(ctx context.Context, g *errgroup.Group, cfg *config.Config, log *slog.Logger) (*sim.Sim, error) {
-	e := cfg.Demo.Emulator
-	specs := make([]sim.SurveySpec, e.Surveys)
-	ids := make([]int64, e.Surveys)
-	for i := range specs {
-		id := int64(4574 + i)
-		specs[i] = sim.SurveySpec{ID: id, Responses: e.ResponsesPerSurvey, Seed: e.Seed + int64(i), Files: cfg.Files.Enabled}
-		ids[i] = id
-	}
-	token := fmt.Sprintf("demo-%d", time.Now().UnixNano())
-	so := sim.Options{Token: token, Surveys: specs, Logger: log.With("component", "emulator")}
-	if cfg.Webhooks.Enabled {
-		// Like the service, the emulator posts webhooks to the daemon,
-		// including response_received for responses completing from now on.
-		so.WebhookURL = "http://" + cfg.Webhooks.Listen + cfg.Webhooks.Path.Value()
-		so.WebhookLive = true
-	}
-	s, err := sim.New(so)
-	if err != nil {
-		return nil, fmt.Errorf("start emulator: %w", err)
-	}
-	ln, err := net.Listen("tcp", e.Listen)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("start emulator: listen on demo.emulator.listen %s: %w", e.Listen, err)
-	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("emulator: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		s.Close()
-		return err
-	})
-	cfg.API.BaseURL = config.URL("http://" + ln.Addr().String() + "/v1")
-	cfg.API.Token = config.Secret(token)
-	cfg.API.RateLimit = 0 // the emulator is local: no reason to throttle the demo
-	if cfg.API.UserAgent == "" {
-		cfg.API.UserAgent = config.DemoUserAgent
-	}
-	if len(cfg.Surveys) == 0 {
-		cfg.Surveys = ids
-	}
-	log.Info("built-in emulator of the survey service started", "base_url", string(cfg.API.BaseURL),
-		"surveys", e.Surveys, "responses_per_survey", e.ResponsesPerSurvey)
-	return s, nil
-}
-
-// NewClient is the API client of api:.
-func NewClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*surveyapi.Client, error) {
-	return surveyapi.New(surveyapi.Options{
-		BaseURL:        cfg.API.BaseURL.Value(),
-		Token:          cfg.API.Token.Value(),
-		UserAgent:      cfg.API.UserAgent,
-		MaxConcurrency: cfg.API.MaxConcurrency,
-		RateLimit:      cfg.API.RateLimit,
-		Timeout:        cfg.API.Timeout,
-		MaxRetries:     cfg.API.MaxRetries,
-		QuotaPause:     cfg.API.QuotaPause,
-		Logger:         log.With("component", "api"),
-		Registerer:     reg,
-	})
-}
-
-// OpenWarehouse opens ClickHouse when configured, else the Parquet
-// directory, with the privacy rules of its webhook log and feed ledger.
-func OpenWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
-	p, err := newPolicy(cfg)
-	if err != nil {
-		return nil, err
-	}
-	wh, err := openBackend(ctx, cfg, log, reg)
-	if err != nil {
-		return nil, err
-	}
-	return withPrivacy(wh, p), nil
-}
-
-// openBackend opens the warehouse's backend (OpenWarehouse adds the
-// privacy rules of its webhook log and feed ledger).
-func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
-	if len(cfg.ClickHouse.Addr) > 0 {
-		return clickhouse.OpenWarehouse(ctx, ClickHouseOptions(cfg, log, reg))
-	}
-	dir, err := filepath.Abs(cfg.Parquet.Dir)
-	if err != nil {
-		return nil, err
-	}
-	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
-}
-
-// ClickHouseOptions maps the clickhouse section of the configuration onto
-// the sink's options.
-func ClickHouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) clickhouse.Options {
-	return clickhouse.Options{
-		Addr:            cfg.ClickHouse.Addr,
-		Database:        cfg.ClickHouse.Database,
-		Username:        cfg.ClickHouse.Username,
-		Password:        cfg.ClickHouse.Password.Value(),
-		Cluster:         cfg.ClickHouse.Cluster,
-		Secure:          cfg.ClickHouse.Secure,
-		DialTimeout:     cfg.ClickHouse.DialTimeout,
-		Unreplicated:    !cfg.ClickHouse.Replicated,
-		ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
-		DDLTimeout:      cfg.ClickHouse.DDLTimeout,
-		InsertQuorum:    cfg.ClickHouse.InsertQuorum,
-		Logger:          log.With("component", "clickhouse"),
-		Registerer:      reg,
-	}
 }
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
@@ -464,204 +322,4 @@ func (d *parts) waitSynced(ctx context.Context) bool {
 		}
 	}
 	return true
-}
-
-// newReceiver builds the webhook receiver; it logs events in the
-// warehouse's webhook log when the warehouse has one.
-func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Processor, log *slog.Logger, reg prometheus.Registerer) (*webhookrx.Receiver, error) {
-	w := cfg.Webhooks
-	return webhookrx.New(webhookrx.Options{
-		Listen:                 w.Listen,
-		Path:                   w.Path.Value(),
-		BasicAuthUser:          w.BasicAuth.Username,
-		BasicAuthPassword:      w.BasicAuth.Password.Value(),
-		AllowCIDRs:             w.AllowCIDRs,
-		StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
-		RequireSignature:       w.RequireSignature,
-		SignatureTolerance:     w.SignatureTolerance,
-		MaxBodyBytes:           int64(w.MaxBodyBytes),
-		SpoolDir:               w.SpoolDir,
-		SpoolMaxEvents:         w.SpoolMaxEvents,
-		SpoolMaxBytes:          int64(w.SpoolMaxBytes),
-		Logger:                 log.With("component", "webhooks"),
-		Registerer:             reg,
-	}, p, wh.WebhookLog())
-}
-
-// pollingSet is the configured surveys plus those learned earlier (from
-// webhooks or synced responses) that have not ended.
-func pollingSet(cfg *config.Config, book *surveyBook) []int64 {
-	seen := map[int64]bool{}
-	var out []int64
-	for _, id := range append(append([]int64(nil), cfg.Surveys...), book.active()...) {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// health answers /healthz and /readyz, and /status/sink (the state of
-// the pipeline's writes, for surveysync status and doctor).
-type health struct {
-	client *surveyapi.Client
-	sink   interface{ Ping(context.Context) error }
-	checks []func(context.Context) error
-	writes func() pipeline.WriteStatus
-}
-
-func (h *health) ready(ctx context.Context) error {
-	var errs []error
-	if !h.client.Healthy() {
-		errs = append(errs, fmt.Errorf("api: token rejected: %w", h.client.LastAuthError()))
-	}
-	if err := h.sink.Ping(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("sink: %w", err))
-	}
-	if err := writesReady(h.writes); err != nil {
-		errs = append(errs, err)
-	}
-	for _, c := range h.checks {
-		if err := c(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// The metrics listener's bounds: Prometheus and probes need few
-// connections and answer fast; a CPU profile or trace (pprof on) streams
-// for its ?seconds= (30 s by default), so writes get more room then.
-const (
-	metricsMaxConns     = 64
-	metricsWriteTimeout = 30 * time.Second
-	pprofWriteTimeout   = 2 * time.Minute
-)
-
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, e *ha.Elector, log *slog.Logger) error {
-	writeTimeout := metricsWriteTimeout
-	if withPprof {
-		writeTimeout = pprofWriteTimeout
-	}
-	mux := metricsMux(withPprof, reg, h)
-	serveHAStatus(mux, e)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("metrics.listen %s: %w", addr, err)
-	}
-	ln = netutil.LimitListener(ln, metricsMaxConns)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("metrics server: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
-	})
-	log.Info("metrics at /metrics, health at /healthz and /readyz", "listen", ln.Addr().String())
-	return nil
-}
-
-// surveyUnreadable reports whether a list error means the survey cannot be
-// read with this token at all: not found (404) or forbidden (403).
-func surveyUnreadable(err error) bool {
-	return errors.Is(err, survey.ErrNotFound) || errors.Is(err, surveyapi.ErrForbidden)
-}
-
-// describeUnreadable is the short reason a survey cannot be read:
-// "not found (HTTP 404)".
-func describeUnreadable(err error) string {
-	var ae *surveyapi.APIError
-	status := 0
-	if errors.As(err, &ae) {
-		status = ae.Status
-	}
-	what := "cannot be read"
-	switch {
-	case errors.Is(err, survey.ErrNotFound):
-		what = "not found"
-	case errors.Is(err, surveyapi.ErrForbidden):
-		what = "forbidden (the token's account may not read it)"
-	}
-	if status != 0 {
-		return fmt.Sprintf("%s (HTTP %d)", what, status)
-	}
-	return what
-}
-
-// errUnreadableSurveys is the error of --exit-when-synced when configured
-// surveys cannot be read: one line per survey.
-func errUnreadableSurveys(failed map[int64]error) error {
-	ids := make([]int64, 0, len(failed))
-	for id := range failed {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	var b strings.Builder
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "survey %d: %s", id, describeUnreadable(failed[id]))
-	}
-	b.WriteString(": check the ids in surveys and the token's account")
-	return errors.New(b.String())
-}
-
-// metricsMux serves /metrics, /healthz, /readyz, /status/sink and, with
-// withPprof only, /debug/pprof/.
-func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if withPprof {
-		// Go's profiler, for operators chasing CPU or memory: only with
-		// metrics.pprof (metrics.listen is loopback by default; expose it
-		// with care).
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		cctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		if err := h.ready(cctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.HandleFunc("GET "+SinkStatusPath, func(w http.ResponseWriter, r *http.Request) {
-		if h.writes == nil {
-			http.Error(w, "no pipeline", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(h.writes())
-	})
-	return mux
-}
-
-// reconcileInterval maps sync.reconcile_interval to poll's option: 0 in the
-// configuration disables reconcile, where poll takes 0 as its default and
-// a negative interval as "off".
-func reconcileInterval(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

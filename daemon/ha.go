@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -97,28 +96,4 @@ func serveHAStatus(mux *http.ServeMux, e *ha.Elector) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(e.Status())
 	})
-}
-
-// RemoteHA reads the election's state from the daemon whose metrics
-// listener is at addr (surveysync status).
-func RemoteHA(ctx context.Context, addr string) (ha.Status, error) {
-	var s ha.Status
-	if addr == "" {
-		return s, fmt.Errorf("metrics.listen is empty")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+HAStatusPath, nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("%s: %s", HAStatusPath, resp.Status)
-	}
-	return s, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&s)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 )
 
@@ -35,21 +36,39 @@ func Probe(ctx context.Context, cfg *config.Config) State {
 	if addr == "" {
 		return StateUnknown
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
-	if err != nil {
-		return StateUnknown
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return StateStopped
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if err := ask(ctx, addr, "/healthz", func(io.Reader) error { return nil }); err != nil {
 		return StateStopped
 	}
 	return StateRunning
+}
+
+// ask GETs path from the daemon's metrics listener at addr, within
+// askTimeout, and hands the body of a 200 answer to read.
+func ask(ctx context.Context, addr, path string, read func(io.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return read(resp.Body)
+}
+
+// askTimeout bounds each question to the running daemon: it answers from
+// memory, so a slow answer means it is not there (or stuck).
+const askTimeout = 2 * time.Second
+
+// askJSON decodes the JSON answer of path (at most 1 MiB) into v.
+func askJSON(ctx context.Context, addr, path string, v any) error {
+	return ask(ctx, addr, path, func(r io.Reader) error { return json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(v) })
 }
 
 // RoundDuration is a duration as the commands print it: seconds under a
@@ -89,22 +108,19 @@ const SinkStatusPath = "/status/sink"
 // listener.
 func RemoteWrites(ctx context.Context, addr string) (pipeline.WriteStatus, error) {
 	var st pipeline.WriteStatus
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+SinkStatusPath, nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s: %s", SinkStatusPath, resp.Status)
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
+	err := askJSON(ctx, addr, SinkStatusPath, &st)
 	return st, err
+}
+
+// RemoteHA reads the election's state from the daemon whose metrics
+// listener is at addr (surveysync status).
+func RemoteHA(ctx context.Context, addr string) (ha.Status, error) {
+	var s ha.Status
+	if addr == "" {
+		return s, fmt.Errorf("metrics.listen is empty")
+	}
+	err := askJSON(ctx, addr, HAStatusPath, &s)
+	return s, err
 }
 
 // RefusalText is a failing write in one line: where, the server's code
@@ -127,33 +143,26 @@ func RefusalText(cfg *config.Config, st pipeline.WriteStatus) string {
 	return fmt.Sprintf("%s: %s%s", verb, code, st.Message)
 }
 
-// Scrape reads the named unlabelled samples of a Prometheus text page.
-func Scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
-	}
+// Scrape reads the named unlabelled samples of the Prometheus page of the
+// daemon whose metrics listener is at addr.
+func Scrape(ctx context.Context, addr string, names ...string) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !slices.Contains(names, name) {
-			continue
+	err := ask(ctx, addr, "/metrics", func(r io.Reader) error {
+		sc := bufio.NewScanner(io.LimitReader(r, 16<<20))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			name, val, ok := strings.Cut(sc.Text(), " ")
+			if !ok || !slices.Contains(names, name) {
+				continue
+			}
+			if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+				out[name] = f
+			}
 		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			out[name] = f
-		}
+		return sc.Err()
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	return out, nil
 }

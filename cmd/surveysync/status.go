@@ -150,7 +150,7 @@ func printBudget(ctx context.Context, w io.Writer, cfg *config.Config) {
 	if addr == "" {
 		return
 	}
-	m, err := daemon.Scrape(ctx, "http://"+addr+"/metrics", "surveysync_api_calls_projected_monthly",
+	m, err := daemon.Scrape(ctx, addr, "surveysync_api_calls_projected_monthly",
 		"surveysync_api_calls_month", "surveysync_poll_interval_stretch", "surveysync_api_calls_projected_monthly_distrusted")
 	if err != nil {
 		fmt.Fprintf(w, "API budget: %s calls/month; projection unknown (no daemon answering on %s)\n", budget, addr)
