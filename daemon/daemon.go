@@ -98,7 +98,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer func() { _ = d.close() }()
 	if cfg.Metrics.Listen != "" {
 		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log); err != nil {
 			return err
@@ -171,7 +171,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
-			built.close()
+			_ = built.close()
 		}
 	}()
 	if d.elector, err = newElector(cfg, log, reg); err != nil {
