@@ -210,7 +210,7 @@ func (o Options) resolve() (*settings, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s.Options.setDefaults()
+	s.setDefaults()
 	s.logger = o.Logger
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))

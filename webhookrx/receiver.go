@@ -142,7 +142,7 @@ func (r *Receiver) Ready() error {
 		last := r.spoolErr
 		r.errMu.Unlock()
 		if last != nil {
-			return fmt.Errorf("webhookrx: spool dir: %w (last spool write failed: %v)", err, last)
+			return fmt.Errorf("webhookrx: spool dir: %w (last spool write failed: %w)", err, last)
 		}
 		return fmt.Errorf("webhookrx: spool dir: %w", err)
 	}
@@ -261,7 +261,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			_ = srv.Close()
 		}
 		cancel()
-		<-serveErr
+		<-serveErr //nolint:errcheck // Shutdown's error was logged above; Serve's is ErrServerClosed
 	}
 	// 2. Workers take no new events; in-flight ones get ShutdownTimeout.
 	//    A Processor that ignores its cancelled context is abandoned after

@@ -21,11 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestMain(m *testing.M) {
@@ -66,7 +66,6 @@ func csvFeed(dir string) feed.Options {
 }
 
 type env struct {
-	svc       *feedtest.Service
 	api       *surveyapi.Client
 	ledger    *parquet.FileLedger
 	reg       *prometheus.Registry
