@@ -18,8 +18,8 @@ import (
 // BenchmarkIntake measures events accepted per second over real HTTP on
 // 127.0.0.1, each one written and fdatasync'ed to the spool before its 200,
 // with 1 and 32 concurrent clients (the latter shares fsyncs: group
-// commit). A no-op Processor drains the spool concurrently, so done.log
-// syncs and segment deletions are part of the cost; to_process is the time
+// commit). A no-op Processor drains the spool concurrently, so the commits
+// of done marks are part of the cost; to_process is the time
 // from the request's arrival to its Process call (spool + queue).
 //
 //	go test -run '^$' -bench Intake -benchtime 5000x ./webhookrx
