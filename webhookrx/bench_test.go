@@ -106,6 +106,10 @@ func BenchmarkIntake(b *testing.B) {
 					h := mf.GetMetric()[0].GetHistogram()
 					b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount()), "events/commit")
 				}
+				if mf.GetName() == "surveysync_webhook_spool_commit_duration_seconds" {
+					h := mf.GetMetric()[0].GetHistogram()
+					b.ReportMetric(1000*h.GetSampleSum()/float64(h.GetSampleCount()), "commit_ms")
+				}
 			}
 			b.ReportMetric(0, "ns/op")
 		})
