@@ -10,6 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/internal/kvstore"
 )
 
@@ -34,6 +35,9 @@ import (
 const (
 	dbName   = "spool.db"
 	lockName = "lock"
+	// compactFreeBytes: a spool file with more free space than this, and
+	// three quarters of it free, is rewritten at start (compact).
+	compactFreeBytes = 64 << 20
 	// eventOverhead is what an event costs beyond its id and body when it
 	// is counted against SpoolMaxBytes and the memory window: the record
 	// header of the former log, kept so the caps mean what they meant.
@@ -132,11 +136,64 @@ func openSpool(dir string, dedupeIDs int, log *slog.Logger) (*spool, []uint64, e
 	if err := s.importLegacy(dedupeIDs); err != nil {
 		return fail(err)
 	}
+	if err := s.compact(compactFreeBytes); err != nil {
+		return fail(err)
+	}
 	evs, err := s.load()
 	if err != nil {
 		return fail(fmt.Errorf("webhookrx: spool %s: %w", dir, err))
 	}
 	return s, evs, nil
+}
+
+// compact rewrites the database without its free pages when more than
+// minFree bytes and three quarters of the file are free (after an outage
+// filled the spool, say): bbolt reuses free pages but never shrinks its
+// file. The copy is synced and renamed over the original, so a crash
+// leaves one or the other whole.
+func (s *spool) compact(minFree int64) error {
+	path := filepath.Join(s.dir, dbName)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool: %w", err)
+	}
+	st := s.db.Stats()
+	free := int64(st.FreePageN+st.PendingPageN) * int64(s.db.Info().PageSize)
+	if free < minFree || free*4 < fi.Size()*3 {
+		return nil
+	}
+	tmp := path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := kvstore.Open(tmp, "webhookrx: spool copy")
+	if err != nil {
+		return err
+	}
+	err = bolt.Compact(dst, s.db, 32<<20)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	s.db = nil
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	if err := atomicfile.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	if s.db, err = kvstore.Open(path, "webhookrx: spool"); err != nil {
+		return err
+	}
+	after, _ := os.Stat(path)
+	if after != nil {
+		s.log.Info("webhook spool: compacted its file", "dir", s.dir, "bytes_before", fi.Size(), "bytes_after", after.Size())
+	}
+	return nil
 }
 
 // load reads the done window, the waiting events and their retry states,

@@ -347,3 +347,47 @@ func encodeLegacyRecord(buf *bytes.Buffer, ev *Event) {
 	rec := buf.Bytes()[start:]
 	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[legacyRecHdrLen:], castagnoli))
 }
+
+// A file left mostly free (the spool filled, then drained) is rewritten
+// smaller at start, and keeps what it held.
+func TestSpoolCompactsMostlyFreeFile(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 100)
+	pad := string(bytes.Repeat([]byte("x"), 4000))
+	var evs []Event
+	for i := range 600 {
+		body := []byte(responseBody(i)[:len(responseBody(i))-1] + `,"pad":"` + pad + `"}`)
+		ev := &Event{ID: bodyID(body), ReceivedAt: time.Unix(1700000000, int64(i)).UTC(), Body: body}
+		if _, err := sp.append([]*Event{ev}, 1<<20, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, *ev)
+	}
+	if err := sp.markDone(marks(evs[:590])); err != nil {
+		t.Fatal(err)
+	}
+	sp.close()
+	path := filepath.Join(dir, dbName)
+	before, _ := os.Stat(path)
+	sp, _, err := openSpool(dir, 100, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.compact(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	sp.close()
+	after, _ := os.Stat(path)
+	if after.Size()*2 > before.Size() {
+		t.Errorf("file %d bytes before, %d after compaction", before.Size(), after.Size())
+	}
+	sp, replay := openTestSpool(t, dir, 100)
+	defer sp.close()
+	if fmt.Sprint(seqs(replay)) != fmt.Sprint(seqs(evs[590:])) || !sp.contains(evs[589].ID) {
+		t.Fatalf("after compaction: replayed %v", seqs(replay))
+	}
+	if ev := appendN(t, sp, 1000, 1); ev[0].Seq != 601 {
+		t.Errorf("seq after compaction %d, want 601", ev[0].Seq)
+	}
+	t.Logf("%d bytes before, %d after", before.Size(), after.Size())
+}
