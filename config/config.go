@@ -22,6 +22,14 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/surveysync/surveysync/internal/ha"
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/webhookrx"
 )
 
 // Config is the whole configuration. Field tags name the YAML keys.
@@ -332,37 +340,37 @@ func defaults() *Config {
 	return &Config{
 		API: API{
 			BaseURL:        "https://api.click4survey.com/v1",
-			MaxConcurrency: 8,
+			MaxConcurrency: surveyapi.DefaultMaxConcurrency,
 			RateLimit:      10,
-			Timeout:        30 * time.Second,
-			MaxRetries:     6,
-			QuotaPause:     15 * time.Minute,
+			Timeout:        surveyapi.DefaultTimeout,
+			MaxRetries:     surveyapi.DefaultMaxRetries,
+			QuotaPause:     surveyapi.DefaultQuotaPause,
 		},
 		Surveys: []int64{},
 		Sync: Sync{
 			Statuses:          append([]string(nil), Statuses...),
-			PollInterval:      30 * time.Second,
-			Overlap:           10 * time.Minute,
-			SettleLag:         5 * time.Second,
-			PartialLookback:   72 * time.Hour,
-			PartialRescan:     10 * time.Minute,
-			ReconcileInterval: 6 * time.Hour,
-			BackfillFrom:      time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
-			FetchConcurrency:  16,
+			PollInterval:      poll.DefaultPollInterval,
+			Overlap:           poll.DefaultOverlap,
+			SettleLag:         5 * time.Second, // poll's zero is none
+			PartialLookback:   poll.DefaultPartialLookback,
+			PartialRescan:     poll.DefaultPartialRescanInterval,
+			ReconcileInterval: poll.DefaultReconcileInterval,
+			BackfillFrom:      poll.DefaultBackfillFrom(),
+			FetchConcurrency:  pipeline.DefaultFetchConcurrency,
 			Batch: Batch{
-				MaxRows:  30_000,
-				MaxBytes: 64 << 20,
-				MaxDelay: time.Second,
+				MaxRows:  pipeline.DefaultMaxRows,
+				MaxBytes: pipeline.DefaultMaxBytes,
+				MaxDelay: pipeline.DefaultMaxDelay,
 			},
 		},
 		Webhooks: Webhooks{
 			Listen:             "127.0.0.1:8088",
 			SpoolDir:           "./data/webhook-spool",
-			SpoolMaxEvents:     100_000,
-			SpoolMaxBytes:      256 << 20,
+			SpoolMaxEvents:     webhookrx.DefaultSpoolMaxEvents,
+			SpoolMaxBytes:      ByteSize(webhookrx.DefaultSpoolMaxBytes),
 			AllowCIDRs:         []string{},
-			SignatureTolerance: 5 * time.Minute,
-			MaxBodyBytes:       1 << 20,
+			SignatureTolerance: webhookrx.DefaultSignatureTolerance,
+			MaxBodyBytes:       ByteSize(webhookrx.DefaultMaxBodyBytes),
 		},
 		ClickHouse: ClickHouse{
 			Addr:            []string{},
@@ -378,11 +386,11 @@ func defaults() *Config {
 			Enabled:        true,
 			MaxConcurrency: 4,
 			MaxSize:        1 << 30,
-			TypeMatch:      []string{"file", "upload"},
+			TypeMatch:      files.DefaultTypeMatch(),
 		},
 		Metrics:  Metrics{Listen: "127.0.0.1:9464"},
 		Shutdown: Shutdown{DrainTimeout: 30 * time.Second},
-		HA:       HA{Servers: []string{}, SessionTimeout: 10 * time.Second},
+		HA:       HA{Servers: []string{}, SessionTimeout: ha.DefaultSessionTimeout},
 		Log:      Log{Level: "info", Format: "text"},
 		Demo: Demo{Emulator: Emulator{
 			Listen:             "127.0.0.1:0",
@@ -425,38 +433,35 @@ func (c *Config) resolve() {
 		c.API.UserAgent = DemoUserAgent
 	}
 	for i := range c.Feeds {
-		c.Feeds[i].applyDefaults()
+		c.Feeds[i].setDefaults()
 	}
 }
 
-// Feed defaults, applied to each feed after decoding.
-const (
-	DefaultCSVDirInterval  = 5 * time.Second
-	DefaultQueryInterval   = time.Hour
-	DefaultFeedListen      = "127.0.0.1:8090"
-	DefaultFeedBodyBytes   = 16 << 20
-	DefaultFeedConcurrency = 8
-)
+// DefaultFeedListen is feeds[].http.listen's default (the feed package
+// takes a listener, not an address). The other per-feed defaults are
+// source/feed's.
+const DefaultFeedListen = "127.0.0.1:8090"
 
-func (f *Feed) applyDefaults() {
+// setDefaults fills a feed's unset keys after decoding.
+func (f *Feed) setDefaults() {
 	if f.DedupeKey == "" {
 		f.DedupeKey = DedupeHash
 	}
 	if f.Concurrency == 0 {
-		f.Concurrency = DefaultFeedConcurrency
+		f.Concurrency = feed.DefaultConcurrency
 	}
 	switch f.Type {
 	case FeedCSVDir:
 		if f.Interval == 0 {
-			f.Interval = DefaultCSVDirInterval
+			f.Interval = feed.DefaultCSVDirInterval
 		}
 	case FeedClickHouseQuery:
 		if f.Interval == 0 {
-			f.Interval = DefaultQueryInterval
+			f.Interval = feed.DefaultQueryInterval
 		}
 	case FeedHTTP:
 		if f.HTTP.MaxBodyBytes == 0 {
-			f.HTTP.MaxBodyBytes = DefaultFeedBodyBytes
+			f.HTTP.MaxBodyBytes = feed.DefaultMaxBodyBytes
 		}
 		if f.HTTP.Listen == "" {
 			f.HTTP.Listen = DefaultFeedListen

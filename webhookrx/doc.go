@@ -15,8 +15,8 @@
 // a Processor (the lead's pipeline adapter in cmd), one attempt per turn:
 // an event whose Process fails transiently goes back to the spool loop and
 // does not hold its worker; its survey is gated and probed with one event
-// per backoff while other surveys' events flow (feeder.go). A Permanent (or
-// permanent.New) error ends the event as rejected. Done events are written
+// per backoff while other surveys' events flow (feeder.go). An error
+// permanent.Is reports (internal/permanent) ends the event as rejected. Done events are written
 // to the raw EventLog (table webhook_events), then marked done: deleted
 // from the spool's database (SpoolDir/spool.db, go.etcd.io/bbolt) in the
 // transaction that adds them to the dedupe window. At start the events left

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/permanent"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/record"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Event is one webhook delivery as the spool keeps it.
@@ -74,10 +73,11 @@ func kindOf(name string) string {
 // written through the pipeline; survey events: the surveys table updated and
 // the polling set changed). Any other error is retried with backoff (behind
 // a gate of the event's survey, without holding a worker) and the event
-// stays in the spool; wrap an error with Permanent (or permanent.New) to
-// give up on an event that can never succeed (it is logged with outcome
-// "rejected" and removed). Process is never called for unknown event names. It must not
-// modify ev.Body (the spool shares it) and may be called concurrently
+// stays in the spool. An error permanent.Is reports (wrap it with
+// permanent.New; a permanent.Error from the pipeline, the sinks or the
+// client is one already) gives up on an event that can never succeed: it
+// is logged with outcome "rejected" and removed. Process is never called
+// for unknown event names. It must not modify ev.Body (the spool shares it) and may be called concurrently
 // (Options.ProcessConcurrency); an event may be processed more than once
 // (after a crash), so Process must be idempotent.
 type Processor interface {
@@ -89,15 +89,6 @@ type ProcessorFunc func(ctx context.Context, ev Event) error
 
 // Process calls f.
 func (f ProcessorFunc) Process(ctx context.Context, ev Event) error { return f(ctx, ev) }
-
-// Permanent marks err as not worth retrying: the event is logged as
-// rejected and removed from the spool. It is permanent.New("webhook", err):
-// any permanent.Error (from the pipeline, the sinks, the client) has the
-// same effect.
-func Permanent(err error) error { return permanent.New("webhook", err) }
-
-// IsPermanent reports whether err is permanent (permanent.Is).
-func IsPermanent(err error) bool { return permanent.Is(err) }
 
 // Outcomes of a processed event in LogEntry.Outcome and in
 // surveysync_webhook_events_total.
@@ -154,7 +145,8 @@ func bodyID(body []byte) string {
 }
 
 // validID reports whether a webhook-id can serve as an event id: 1 to 255
-// printable ASCII characters without spaces (ids go into done.log lines).
+// printable ASCII characters without spaces (ids are logged, and were
+// lines of the former spool's done.log).
 func validID(id string) bool {
 	if id == "" || len(id) > 255 {
 		return false

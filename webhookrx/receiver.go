@@ -489,7 +489,7 @@ func (r *Receiver) attempt(ctx context.Context, w work) (completion, attemptResu
 	switch {
 	case err == nil:
 		return done(OutcomeProcessed, nil, attempt)
-	case IsPermanent(err) || permanent.Is(err):
+	case permanent.Is(err):
 		r.s.logger.Warn("webhook event rejected by the processor; not retried",
 			"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID, "attempts", attempt, "error", err)
 		return done(OutcomeRejected, err, attempt)
@@ -582,7 +582,7 @@ func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool
 			return true
 		}
 		r.m.logFailures.Inc()
-		if IsPermanent(err) {
+		if permanent.Is(err) {
 			r.s.logger.Error("webhook event log rejected a batch permanently; the events are marked done without a log row",
 				"events", len(entries), "error", err)
 			return true

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/survey"
 )
 
@@ -532,7 +533,7 @@ func TestPermanentErrorRejectsEvent(t *testing.T) {
 		mu.Lock()
 		calls++
 		mu.Unlock()
-		return Permanent(fmt.Errorf("survey %d: 403 no rights", ev.Parsed.SurveyID))
+		return permanent.New("webhook", fmt.Errorf("survey %d: 403 no rights", ev.Parsed.SurveyID))
 	})
 	o := testOptions(t, "")
 	rx := start(t, o, p, log)
@@ -621,7 +622,7 @@ func TestParseEventLenient(t *testing.T) {
 func TestEventLogPermanentErrorMarksDone(t *testing.T) {
 	p := newRecorder()
 	log := EventLogFunc(func(context.Context, []LogEntry) error {
-		return Permanent(errors.New("table webhook_events: no such column"))
+		return permanent.New("webhook", errors.New("table webhook_events: no such column"))
 	})
 	rx := start(t, testOptions(t, ""), p, log)
 	post(t, rx.url, responseBody(1), nil)

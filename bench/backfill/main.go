@@ -39,8 +39,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/google/uuid"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func main() {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 
@@ -32,7 +32,7 @@ type surveyPoller interface {
 // the polling set. It returns only when the effect is durable, so the spool
 // keeps the event until then. Errors that asking again cannot fix (403, 400,
 // a malformed answer, an event without its ids) are returned as
-// webhookrx.Permanent: the event ends, recorded as rejected with the error,
+// permanent.New("webhook", …): the event ends, recorded as rejected with the error,
 // and holds no worker; the others are retried by the receiver with backoff.
 type webhookProcessor struct {
 	pipe    *pipeline.Pipeline
@@ -47,7 +47,7 @@ type webhookProcessor struct {
 // receiver.
 func final(err error) error {
 	if err != nil && (surveyapi.IsPermanent(err) || permanent.Is(err)) {
-		return webhookrx.Permanent(err)
+		return permanent.New("webhook", err)
 	}
 	return err
 }
@@ -85,7 +85,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 				return rerr
 			}
 			w.poller.AddSurvey(e.SurveyID)
-			return webhookrx.Permanent(fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written; the survey is polled", e.ResponseID, e.SurveyID))
+			return permanent.New("webhook", fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written; the survey is polled", e.ResponseID, e.SurveyID))
 		case err != nil:
 			return final(err)
 		}
@@ -126,7 +126,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
 	_, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1})
 	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
-		return webhookrx.Permanent(fmt.Errorf("survey %d, which the API token cannot read: not added to the polling set: %w", surveyID, err))
+		return permanent.New("webhook", fmt.Errorf("survey %d, which the API token cannot read: not added to the polling set: %w", surveyID, err))
 	}
 	return final(err)
 }

@@ -148,7 +148,7 @@ const (
 	DefaultMaxSize        int64 = 1 << 30
 )
 
-func (o *Options) defaults() {
+func (o *Options) setDefaults() {
 	if o.MaxConcurrency <= 0 {
 		o.MaxConcurrency = DefaultMaxConcurrency
 	}
@@ -237,7 +237,7 @@ const maxRecent = 200_000
 // NewCopier returns a copier from dl into st, indexing in idx (nil: no
 // index; failed files are then only retried in memory).
 func NewCopier(st *Store, dl Downloader, idx files.Index, o Options) *Copier {
-	o.defaults()
+	o.setDefaults()
 	c := &Copier{st: st, dl: dl, idx: idx, o: o, m: newMetrics(o.Registerer), flushC: make(chan struct{}, 1),
 		recent: map[string]bool{}, deleted: map[string]bool{}}
 	c.q = newQueue(o.QueueSize, func(n int) { c.m.queueDepth.Set(float64(n)) })

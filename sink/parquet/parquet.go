@@ -143,7 +143,6 @@ const stateDirName = "_state"
 var sinkDirs = []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName}
 
 var codecs = map[string]compress.Compression{
-	"":             compress.Codecs.Zstd,
 	"zstd":         compress.Codecs.Zstd,
 	"snappy":       compress.Codecs.Snappy,
 	"gzip":         compress.Codecs.Gzip,
@@ -151,9 +150,25 @@ var codecs = map[string]compress.Compression{
 	"uncompressed": compress.Codecs.Uncompressed,
 }
 
+// DefaultCompression is Options.Compression's default.
+const DefaultCompression = "zstd"
+
+func (o *Options) setDefaults() {
+	if o.Compression == "" {
+		o.Compression = DefaultCompression
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Allocator == nil {
+		o.Allocator = memory.DefaultAllocator
+	}
+}
+
 // Open creates the folders if needed, removes temporary files a crashed
 // write left behind, and returns the sink.
 func Open(o Options) (*Sink, error) {
+	o.setDefaults()
 	if o.Dir == "" {
 		return nil, errors.New("parquet sink: dir is required")
 	}
@@ -162,12 +177,6 @@ func Open(o Options) (*Sink, error) {
 		return nil, fmt.Errorf("parquet sink: compression %q: want zstd, snappy, gzip or none", o.Compression)
 	}
 	s := &Sink{dir: o.Dir, codec: codec, log: o.Logger, mem: o.Allocator}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.mem == nil {
-		s.mem = memory.DefaultAllocator
-	}
 	for _, d := range sinkDirs {
 		if err := atomicfile.MkdirAll(filepath.Join(o.Dir, d)); err != nil {
 			return nil, fmt.Errorf("parquet sink: %w", err)
