@@ -145,7 +145,8 @@ func bodyID(body []byte) string {
 }
 
 // validID reports whether a webhook-id can serve as an event id: 1 to 255
-// printable ASCII characters without spaces (ids go into done.log lines).
+// printable ASCII characters without spaces (ids are logged, and were
+// lines of the former spool's done.log).
 func validID(id string) bool {
 	if id == "" || len(id) > 255 {
 		return false

@@ -11,7 +11,7 @@
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
 //	<dir>/rejects/rejects-<time>-<hash>.jsonl (responses given up on, see WriteRejects)
-//	<dir>/uploaded_files.jsonl, <dir>/_feeds/<feed>.{contacts,sends}.jsonl
+//	<dir>/uploaded_files.db, <dir>/_feeds/ledger.db (bbolt; FileIndex, FileLedger)
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
 // date_completed, else of date_created (partial responses); a deleted
