@@ -68,7 +68,6 @@ func csvFeed(dir string) feed.Options {
 }
 
 type env struct {
-	svc       *feedtest.Service
 	api       *surveyapi.Client
 	ledger    *parquet.FileLedger
 	reg       *prometheus.Registry
@@ -242,6 +241,7 @@ func TestCSV10kOnceAndRedrop(t *testing.T) {
 		t.Fatalf("re-drop report: %+v", reps[len(reps)-1].Summary)
 	}
 	// A fresh runner on the same ledger (a restart) also skips everything.
+	e.ledger.Close() // one process holds the ledger at a time
 	e2 := newEnv(t, svc.URL(), e.ledgerDir, 5*time.Second, csvFeed(dir))
 	genCSV(t, filepath.Join(dir, "again.csv"), 10000, true)
 	if err := e2.runner.RunOnce(ctx, "crm"); err != nil {
@@ -617,6 +617,7 @@ func TestGracefulStopLeavesNothingUncertain(t *testing.T) {
 		t.Fatalf("the file should stay in processing/: %v", n)
 	}
 	svc.SetDelay(0)
+	e.ledger.Close() // one process holds the ledger at a time
 	e2 := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
 	if unc, err := e2.runner.Uncertain(context.Background(), "crm"); err != nil || len(unc) != 0 {
 		t.Fatalf("uncertain after a graceful stop: %d %v", len(unc), err)
