@@ -440,6 +440,11 @@ func TestHAZooKeeperPausedOrRestarted(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	zs.Stop(t)
 	time.Sleep(timeout + 2*time.Second)
+	for _, d := range ds {
+		if s, err := d.status(); err == nil && s.Leading {
+			t.Errorf("%s still leads %v after ZooKeeper stopped", d.name, timeout+2*time.Second)
+		}
+	}
 	zs.Restart(t)
 	resumes("a restart of ZooKeeper")
 
