@@ -129,17 +129,17 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 	w := clickhouseOrSkip(t)
 	// Three kills in CI; the figures of docs/benchmarks.md come from ten
 	// (SURVEYSYNC_BENCH_HA=1), with a one-daemon window of API calls too.
-	kills, bench := 3, os.Getenv("SURVEYSYNC_BENCH_HA") == "1"
+	kills, perSurvey, bench := 3, 5000, os.Getenv("SURVEYSYNC_BENCH_HA") == "1"
 	if bench {
-		kills = 10
+		kills, perSurvey = 10, 12000
 	}
 	const timeout = 4 * time.Second
-	e := newEmulator(t, sim.Options{Surveys: specs(2, 12000, 31)})
+	e := newEmulator(t, sim.Options{Surveys: specs(2, perSurvey, 31)})
 	root := zktest.Root(t)
 	ds := haPair(t, e, w, zk, root, timeout,
 		"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  batch:\n    max_rows: 500\n    max_delay: 200ms\n")
-	// A slow backfill (about 100 s), so that every kill lands in it; the
-	// daemons inherit the variable.
+	// A slow backfill (about 40 s, 100 s for ten kills), so that every kill
+	// lands in it; the daemons inherit the variable.
 	t.Setenv("SURVEYSYNC_API__RATE_LIMIT", "250")
 	for _, d := range ds {
 		d.proc = startDaemon(t, d.cfg)
@@ -181,7 +181,7 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 		if l := leaderOf(t, ds, 10*time.Second); l != next {
 			t.Fatalf("kill %d: %s leads, want %s", k, l.name, next.name)
 		}
-		if rowsWritten(w) >= uint64(24000) && k < kills-1 {
+		if rowsWritten(w) >= uint64(2*perSurvey) && k < kills-1 {
 			t.Logf("backfill nearly done after %d kills", k+1)
 		}
 		leader.proc = startDaemon(t, leader.cfg) // joins as a follower
