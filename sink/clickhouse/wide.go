@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"golang.org/x/text/unicode/norm"
+
+	"github.com/surveysync/surveysync/wide"
 )
 
 // Wide views (issue 21, docs/schema.md "Wide tables"): one view per survey,
@@ -27,218 +27,28 @@ import (
 // restart. Choices need nothing: a choice is a value (its label), not a
 // column.
 
-// Column kinds (wide_columns.column_kind) and the ClickHouse type each gives.
+// The column model and naming live in package wide (shared with the
+// Parquet sink's export); these names keep sink/clickhouse's API.
 const (
-	KindLabel  = "label"  // single choice, a matrix row with one answer: the chosen label
-	KindLabels = "labels" // multiple choice, a matrix row with several: the labels, in answer order
-	KindNumber = "number" // scale, NPS, number: the value
-	KindText   = "text"   // open text, URL parameter question
-	KindFiles  = "files"  // file upload: the file ids (uploaded_files.file_id as text)
-	KindOther  = "other"  // the "other" text of a choice question
-	KindValues = "values" // a question type surveysync does not know: every answer as text
+	KindLabel    = wide.KindLabel
+	KindLabels   = wide.KindLabels
+	KindNumber   = wide.KindNumber
+	KindText     = wide.KindText
+	KindFiles    = wide.KindFiles
+	KindOther    = wide.KindOther
+	KindValues   = wide.KindValues
+	KindChoiceID = wide.KindChoiceID
 )
 
-var kindTypes = map[string]string{
-	KindLabel:  "String",
-	KindLabels: "Array(String)",
-	KindNumber: "Nullable(Int64)",
-	KindText:   "String",
-	KindFiles:  "Array(String)",
-	KindOther:  "String",
-	KindValues: "Array(String)",
-}
-
-// questionKind maps the service's question type to a column kind; hasRows
-// tells whether its answers carry matrix rows (a column per row).
-func questionKind(qtype string, hasRows bool) string {
-	t := strings.ToLower(qtype)
-	switch {
-	case strings.Contains(t, "file") || strings.Contains(t, "upload"):
-		return KindFiles
-	case strings.Contains(t, "multi") || strings.Contains(t, "checkbox"):
-		return KindLabels
-	case t == "single" || strings.Contains(t, "single") || strings.Contains(t, "radio") ||
-		strings.Contains(t, "dropdown") || strings.Contains(t, "select"):
-		return KindLabel
-	case strings.Contains(t, "scale") || strings.Contains(t, "nps") || strings.Contains(t, "number") ||
-		strings.Contains(t, "numeric") || strings.Contains(t, "slider") || strings.Contains(t, "rating"):
-		return KindNumber
-	case strings.Contains(t, "essay") || strings.Contains(t, "text") || strings.Contains(t, "open") ||
-		strings.Contains(t, "url_parameter") || strings.Contains(t, "email"):
-		if hasRows {
-			return KindValues
-		}
-		return KindText
-	case strings.Contains(t, "matrix"):
-		return KindLabel
-	}
-	return KindValues
-}
-
 // WideColumn is one column of a wide view (a row of wide_columns).
-type WideColumn struct {
-	SurveyID   int64
-	QuestionID int64
-	RowID      int64  // the matrix row; 0 for a question without rows
-	Part       string // "" the answer, "other" the "other" text
-	Name       string // the column's name in the view
-	Kind       string
-	// Last seen:
-	QuestionType  string
-	Variable      string
-	Title         string
-	RowLabel      string
-	PageIndex     uint16
-	QuestionIndex uint16
-	FirstSeen     time.Time
-}
+type WideColumn = wide.Column
 
-// Type is the column's ClickHouse type.
-func (c WideColumn) Type() string { return kindTypes[c.Kind] }
-
-type wideKey struct {
-	survey, question, row int64
-	part                  string
-}
-
-func (c WideColumn) key() wideKey { return wideKey{c.SurveyID, c.QuestionID, c.RowID, c.Part} }
+type wideKey = wide.Key
 
 // WideViewName is the name of survey id's wide view.
-func WideViewName(surveyID int64) string {
-	if surveyID < 0 {
-		return "survey_m" + strconv.FormatInt(-surveyID, 10)
-	}
-	return "survey_" + strconv.FormatInt(surveyID, 10)
-}
+func WideViewName(surveyID int64) string { return wide.ViewName(surveyID) }
 
-// wideResponseColumns are the response's columns, first in every wide view;
-// no question column takes their names.
-var wideResponseColumns = []string{
-	"response_id", "survey_id", "survey_name", "response_status", "date_created", "date_completed", "total_time",
-	"distribution_id", "contact_id", "contact_id_hash", "ip_address", "url_parameters.name", "url_parameters.value",
-	"synced_at", "_version",
-}
-
-// maxNameLen bounds a column name's length (before a suffix).
-const maxNameLen = 60
-
-// translit spells letters that do not decompose into ASCII plus accents.
-var translit = map[rune]string{
-	'ß': "ss", 'æ': "ae", 'Æ': "ae", 'ø': "o", 'Ø': "o", 'đ': "d", 'Đ': "d", 'ł': "l", 'Ł': "l",
-	'œ': "oe", 'Œ': "oe", 'þ': "th", 'ð': "d", 'ı': "i",
-}
-
-// sanitizeName makes a column name of s: ASCII lower case, digits and "_"
-// (Czech and other accented letters lose their accents: "Spokojenost s
-// úrovní" is spokojenost_s_urovni), no leading digit, at most maxNameLen
-// characters. "" when nothing is left.
-func sanitizeName(s string) string {
-	var b strings.Builder
-	under := false
-	for _, r := range norm.NFD.String(s) {
-		if unicode.Is(unicode.Mn, r) {
-			continue
-		}
-		var out string
-		switch {
-		case r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r)):
-			out = string(unicode.ToLower(r))
-		case translit[r] != "":
-			out = translit[r]
-		default:
-			if b.Len() > 0 {
-				under = true
-			}
-			continue
-		}
-		if under {
-			b.WriteByte('_')
-			under = false
-		}
-		b.WriteString(out)
-	}
-	name := b.String()
-	if name != "" && name[0] >= '0' && name[0] <= '9' {
-		name = "q_" + name
-	}
-	if len(name) > maxNameLen {
-		name = strings.TrimRight(name[:maxNameLen], "_")
-	}
-	return name
-}
-
-// baseName is the name c would like: from the variable (else "q<id>"), a
-// matrix row's label (else "r<row id>"), "_other" for the other text.
-func (c WideColumn) baseName() string {
-	base := sanitizeName(c.Variable)
-	if base == "" {
-		base = "q" + strconv.FormatInt(c.QuestionID, 10)
-	}
-	if c.RowID != 0 {
-		row := sanitizeName(c.RowLabel)
-		if row == "" {
-			row = "r" + strconv.FormatInt(c.RowID, 10)
-		}
-		base = sanitizeName(base + "_" + row)
-	}
-	if c.Part == "other" {
-		base += "_other"
-	}
-	return base
-}
-
-// assignNames names the columns of fresh (no Name yet) so that no two
-// columns of the survey share a name, keeping the names of taken. A name
-// already taken gets the question's (or matrix row's) id appended, then a
-// counter: which column keeps the plain name depends only on the order in
-// which surveysync first saw them, and never changes afterwards.
-func assignNames(taken []WideColumn, fresh []WideColumn) {
-	used := map[string]bool{}
-	for _, n := range wideResponseColumns {
-		used[n] = true
-	}
-	for _, c := range taken {
-		used[c.Name] = true
-	}
-	for i := range fresh {
-		c := &fresh[i]
-		name := c.baseName()
-		if used[name] {
-			id := c.QuestionID
-			if c.RowID != 0 {
-				id = c.RowID
-			}
-			name = fmt.Sprintf("%s_%d", name, id)
-		}
-		for k := 2; used[name]; k++ {
-			name = fmt.Sprintf("%s_%d_%d", c.baseName(), c.QuestionID, k)
-		}
-		used[name] = true
-		c.Name = name
-	}
-}
-
-// sortWideColumns orders columns as the questionnaire does: page, question,
-// then matrix rows and the "other" text after their question, in the order
-// first seen.
-func sortWideColumns(cols []WideColumn) {
-	sort.SliceStable(cols, func(i, j int) bool {
-		a, b := cols[i], cols[j]
-		if a.PageIndex != b.PageIndex {
-			return a.PageIndex < b.PageIndex
-		}
-		if a.QuestionIndex != b.QuestionIndex {
-			return a.QuestionIndex < b.QuestionIndex
-		}
-		if a.QuestionID != b.QuestionID {
-			return a.QuestionID < b.QuestionID
-		}
-		if a.Part != b.Part {
-			return a.Part < b.Part
-		}
-		return a.RowID < b.RowID
-	})
-}
+var wideResponseColumns = wide.ResponseColumns
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "\\`") + "`" }
 
@@ -252,8 +62,6 @@ const wideValues = "multiIf(choice_label != '', choice_label, column_label != ''
 
 // Kind codes inside the view's query.
 var kindCodes = map[string]int{KindLabel: 1, KindText: 2, KindNumber: 3, KindLabels: 4, KindFiles: 5, KindValues: 6}
-
-func isArrayKind(k string) bool { return k == KindLabels || k == KindFiles || k == KindValues }
 
 // wideSelect is the query of survey's wide view over the tables of db
 // (public names: on a cluster the Distributed tables, so the view is the
@@ -303,7 +111,7 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 			expr = fmt.Sprintf("t_[indexOf(op_, %d)]", p)
 		case c.Kind == KindNumber:
 			expr = fmt.Sprintf("if(s_[indexOf(p_, %d)] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p, p)
-		case isArrayKind(c.Kind):
+		case wide.IsArray(c.Kind):
 			expr = fmt.Sprintf("arrayMap(x -> tupleElement(x, 3), arrayFilter(x -> tupleElement(x, 1) = %d, a_))", p)
 		default:
 			expr = fmt.Sprintf("s_[indexOf(p_, %d)]", p)
@@ -373,7 +181,7 @@ FROM
 		poss = append(poss, p)
 		codes = append(codes, strconv.Itoa(kindCodes[c.Kind]))
 		numbers = numbers || c.Kind == KindNumber
-		arrays = arrays || isArrayKind(c.Kind)
+		arrays = arrays || wide.IsArray(c.Kind)
 	}
 	if len(poss) == 0 { // only "other" columns: keep the arrays typed
 		hashes, poss, codes = []string{"toUInt64(0)"}, []string{"0"}, []string{"0"}
@@ -468,28 +276,28 @@ func seenColumns(rec arrow.Record, known map[wideKey]int) map[wideKey]WideColumn
 			out = map[wideKey]WideColumn{}
 		}
 		c := WideColumn{
-			SurveyID: k.survey, QuestionID: k.question, RowID: k.row, Part: k.part,
+			SurveyID: k.Survey, QuestionID: k.Question, RowID: k.Row, Part: k.Part,
 			QuestionType: strings.Clone(qtype.Value(i)), Variable: strings.Clone(variable.Value(i)),
 			Title: strings.Clone(title.Value(i)), PageIndex: page.Value(i), QuestionIndex: qidx.Value(i), FirstSeen: now,
 		}
-		if k.part == "other" {
+		if k.Part == "other" {
 			c.Kind = KindOther
 		} else {
-			if k.row != 0 {
+			if k.Row != 0 {
 				c.RowLabel = strings.Clone(rowLabel.Value(i))
 			}
-			c.Kind = questionKind(c.QuestionType, k.row != 0)
+			c.Kind = wide.QuestionKind(c.QuestionType, k.Row != 0)
 		}
 		out[k] = c
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		k := wideKey{survey: survey.Value(i), question: question.Value(i)}
+		k := wideKey{Survey: survey.Value(i), Question: question.Value(i)}
 		if row.IsValid(i) {
-			k.row = row.Value(i)
+			k.Row = row.Value(i)
 		}
 		add(k, i)
 		if other.IsValid(i) {
-			add(wideKey{survey: k.survey, question: k.question, part: "other"}, i)
+			add(wideKey{Survey: k.Survey, Question: k.Question, Part: "other"}, i)
 		}
 	}
 	return out
@@ -516,8 +324,8 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 	}
 	fresh := map[int64][]WideColumn{}
 	for k, c := range seen {
-		surveys[k.survey] = true
-		fresh[k.survey] = append(fresh[k.survey], c)
+		surveys[k.Survey] = true
+		fresh[k.Survey] = append(fresh[k.Survey], c)
 	}
 	now := time.Now()
 	for id := range surveys {
@@ -538,7 +346,7 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 			// Fresh columns may have been recorded by an earlier run.
 			var still []WideColumn
 			for _, c := range fresh[id] {
-				if _, ok := s.wide.known[c.key()]; !ok {
+				if _, ok := s.wide.known[c.Key()]; !ok {
 					still = append(still, c)
 				}
 			}
@@ -555,10 +363,10 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 				if len(scanned) > 0 {
 					have := map[wideKey]bool{}
 					for _, c := range scanned {
-						have[c.key()] = true
+						have[c.Key()] = true
 					}
 					for _, c := range fresh[id] {
-						if !have[c.key()] {
+						if !have[c.Key()] {
 							scanned = append(scanned, c)
 						}
 					}
@@ -648,11 +456,11 @@ func (s *Sink) loadWideColumns(ctx context.Context, id int64) error {
 
 func (s *Sink) setWideColumns(id int64, cols []WideColumn) {
 	for _, c := range s.wide.cols[id] {
-		delete(s.wide.known, c.key())
+		delete(s.wide.known, c.Key())
 	}
 	s.wide.cols[id] = cols
 	for i, c := range cols {
-		s.wide.known[c.key()] = i
+		s.wide.known[c.Key()] = i
 	}
 }
 
@@ -673,7 +481,7 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 			&c.Title, &c.RowLabel, &c.PageIndex, &c.QuestionIndex, &c.FirstSeen); err != nil {
 			return nil, fmt.Errorf("clickhouse: read %s: %w", s.table("wide_columns"), err)
 		}
-		if kindTypes[c.Kind] == "" {
+		if wide.TypeOf(c.Kind) == "" {
 			c.Kind = KindValues
 		}
 		cols = append(cols, c)
@@ -681,7 +489,7 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("clickhouse: read %s: %w", s.table("wide_columns"), err)
 	}
-	sortWideColumns(cols)
+	wide.SortColumns(cols)
 	return cols, nil
 }
 
@@ -704,12 +512,12 @@ func (s *Sink) addWideColumns(ctx context.Context, id int64, fresh []WideColumn)
 		}
 		return a.RowID < b.RowID
 	})
-	assignNames(s.wide.cols[id], fresh)
+	wide.AssignNames(s.wide.cols[id], fresh)
 	if err := s.writeWideColumns(ctx, fresh); err != nil {
 		return err
 	}
 	cols := append(append([]WideColumn(nil), s.wide.cols[id]...), fresh...)
-	sortWideColumns(cols)
+	wide.SortColumns(cols)
 	s.setWideColumns(id, cols)
 	return nil
 }
@@ -892,11 +700,11 @@ ORDER BY min(page_index), min(question_index), question_id, row`, s.table("answe
 	now := time.Now().UTC().Truncate(time.Second)
 	var fresh []WideColumn
 	add := func(c WideColumn) {
-		if _, ok := s.wide.known[c.key()]; ok {
+		if _, ok := s.wide.known[c.Key()]; ok {
 			return
 		}
 		for _, f := range fresh {
-			if f.key() == c.key() {
+			if f.Key() == c.Key() {
 				return
 			}
 		}
@@ -909,7 +717,7 @@ ORDER BY min(page_index), min(question_index), question_id, row`, s.table("answe
 			&c.PageIndex, &c.QuestionIndex); err != nil {
 			return nil, fmt.Errorf("clickhouse: scan answers of survey %d: %w", id, err)
 		}
-		c.Kind = questionKind(c.QuestionType, c.RowID != 0)
+		c.Kind = wide.QuestionKind(c.QuestionType, c.RowID != 0)
 		add(c)
 		if hasOther == 1 {
 			c.RowID, c.RowLabel, c.Part, c.Kind = 0, "", "other", KindOther

@@ -21,8 +21,9 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/wide"
 )
 
 func TestSanitizeName(t *testing.T) {
@@ -37,8 +38,8 @@ func TestSanitizeName(t *testing.T) {
 		"Q1_nps":                     "q1_nps",
 		strings.Repeat("dlouhé", 20): strings.TrimRight(strings.Repeat("dlouhe", 10), "_"),
 	} {
-		if got := sanitizeName(in); got != want {
-			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		if got := wide.SanitizeName(in); got != want {
+			t.Errorf("wide.SanitizeName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -53,7 +54,7 @@ func TestAssignNamesStableAndUnique(t *testing.T) {
 		{QuestionID: 5, Variable: "zdroj", Part: "other"},
 		{QuestionID: 6, Variable: ""},
 	}
-	assignNames(taken, fresh)
+	wide.AssignNames(taken, fresh)
 	var got []string
 	for _, c := range fresh {
 		got = append(got, c.Name)
@@ -270,7 +271,7 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 			switch {
 			case c.Kind == KindNumber:
 				row[c.Name] = "NULL"
-			case isArrayKind(c.Kind):
+			case wide.IsArray(c.Kind):
 				row[c.Name] = "[]"
 			default:
 				row[c.Name] = ""
