@@ -204,30 +204,51 @@ func (c Column) baseName() string {
 // columns of the survey share a name, keeping the names of taken. A name
 // already taken gets the question's (or matrix row's) id appended, then a
 // counter: which column keeps the plain name depends only on the order in
-// which surveysync first saw them, and never changes afterwards.
+// which surveysync first saw them, and never changes afterwards. A
+// choice-id column (PartID) is named after its label column: <name>_id.
 func AssignNames(taken []Column, fresh []Column) {
 	used := map[string]bool{}
 	for _, n := range ResponseColumns {
 		used[n] = true
 	}
+	names := map[Key]string{}
 	for _, c := range taken {
 		used[c.Name] = true
+		names[c.Key()] = c.Name
 	}
-	for i := range fresh {
-		c := &fresh[i]
-		name := c.baseName()
+	assign := func(c *Column, base string) {
+		name := base
 		if used[name] {
 			id := c.QuestionID
 			if c.RowID != 0 {
 				id = c.RowID
 			}
-			name = fmt.Sprintf("%s_%d", name, id)
+			name = fmt.Sprintf("%s_%d", base, id)
 		}
 		for k := 2; used[name]; k++ {
-			name = fmt.Sprintf("%s_%d_%d", c.baseName(), c.QuestionID, k)
+			name = fmt.Sprintf("%s_%d_%d", base, c.QuestionID, k)
 		}
 		used[name] = true
 		c.Name = name
+		names[c.Key()] = name
+	}
+	for i := range fresh {
+		if fresh[i].Part != PartID {
+			assign(&fresh[i], fresh[i].baseName())
+		}
+	}
+	for i := range fresh {
+		c := &fresh[i]
+		if c.Part != PartID {
+			continue
+		}
+		base := c.baseName()
+		k := c.Key()
+		k.Part = PartAnswer
+		if label, ok := names[k]; ok {
+			base = label + "_id"
+		}
+		assign(c, base)
 	}
 }
 
