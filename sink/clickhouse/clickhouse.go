@@ -66,6 +66,8 @@ type Options struct {
 	// with a fresh batch before it gives up (default 0: none, the caller
 	// owns retries — the pipeline retries writes with backoff).
 	MaxRetries int
+	// Wide chooses extras of the wide views (docs/schema.md, "Wide tables").
+	Wide WideOptions
 	// Logger receives operational messages (default: discarded).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default: a private registry).
@@ -116,6 +118,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
 		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
+	}
+	if err := o.Wide.check(); err != nil {
+		return err
 	}
 	if o.ZooKeeperPrefix == "" {
 		o.ZooKeeperPrefix = DefaultZooKeeperPrefix

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,115 @@ type WideColumn = wide.Column
 
 type wideKey = wide.Key
 
+// WideOptions choose the wide views' extras.
+type WideOptions struct {
+	// ChoiceIDs adds beside each label column (single choice, a matrix row
+	// with one answer) a column <name>_id: the chosen option's id (the
+	// matrix column's for a matrix row), NULL when unanswered.
+	ChoiceIDs bool
+	// Names gives surveys a second, friendly view name besides
+	// survey_<id>: the same view under that name, kept current alike.
+	Names map[int64]string
+}
+
+// reservedNames are the names of surveysync's own tables and views, which
+// no friendly view name may take.
+var reservedNames = map[string]bool{
+	"responses": true, "answers": true, "responses_current": true, "answers_current": true, "surveys": true,
+	"surveys_current": true, "sync_state": true, "sync_state_current": true, "sync_progress": true,
+	"uploaded_files": true, "uploaded_files_current": true, "webhook_events": true, "pushed_contacts": true,
+	"message_sends": true, "rejects": true, "schema_migrations": true, "wide_columns": true,
+	"wide_columns_current": true, "leader_lease": true,
+}
+
+// wideNameRE is what a friendly view name may look like.
+var wideNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// CheckWideViewName reports whether name can be a survey's friendly view
+// name: lower-case letters, digits and _, not starting with a digit, not
+// survey_<digits> (another survey's view), not one of surveysync's tables,
+// not ending in _local, __new or __old (the cluster's and the swap's).
+func CheckWideViewName(name string) error {
+	switch {
+	case !wideNameRE.MatchString(name):
+		return fmt.Errorf("wide view name %q: must match %s", name, wideNameRE)
+	case reservedNames[name], strings.HasSuffix(name, "_local"), strings.HasSuffix(name, "__new"), strings.HasSuffix(name, "__old"):
+		return fmt.Errorf("wide view name %q: taken by surveysync's own tables", name)
+	case strings.HasPrefix(name, "survey_") && strings.TrimLeft(strings.TrimPrefix(name, "survey_"), "m0123456789") == "":
+		return fmt.Errorf("wide view name %q: survey_<id> names are the surveys' own views", name)
+	}
+	return nil
+}
+
+func (o WideOptions) check() error {
+	seen := map[string]int64{}
+	for id, name := range o.Names {
+		if err := CheckWideViewName(name); err != nil {
+			return fmt.Errorf("clickhouse: options: survey %d: %w", id, err)
+		}
+		if other, ok := seen[name]; ok {
+			return fmt.Errorf("clickhouse: options: surveys %d and %d both have wide view name %q", min(id, other), max(id, other), name)
+		}
+		seen[name] = id
+	}
+	return nil
+}
+
+// wideViewNames are survey id's view names: survey_<id>, then its friendly
+// name if it has one.
+func (s *Sink) wideViewNames(id int64) []string {
+	names := []string{WideViewName(id)}
+	if n := s.opts.Wide.Names[id]; n != "" {
+		names = append(names, n)
+	}
+	return names
+}
+
+// viewColumns are the columns of survey id's view: every recorded column,
+// without the choice-id ones unless they are asked for (a daemon that
+// recorded them once keeps them in wide_columns); the caller holds
+// s.wide.mu.
+func (s *Sink) viewColumns(id int64) []WideColumn {
+	if s.opts.Wide.ChoiceIDs {
+		return s.wide.cols[id]
+	}
+	var out []WideColumn
+	for _, c := range s.wide.cols[id] {
+		if c.Part != wide.PartID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// withChoiceIDs adds to fresh, when choice ids are asked for, the
+// choice-id column of every label column of survey id (recorded or in
+// fresh) that has none; the caller holds s.wide.mu.
+func (s *Sink) withChoiceIDs(id int64, fresh []WideColumn) []WideColumn {
+	if !s.opts.Wide.ChoiceIDs {
+		return fresh
+	}
+	have := map[wideKey]bool{}
+	for _, c := range fresh {
+		have[c.Key()] = true
+	}
+	var add []WideColumn
+	for _, list := range [][]WideColumn{s.wide.cols[id], fresh} {
+		for _, c := range list {
+			if c.Kind != KindLabel || c.Part != wide.PartAnswer {
+				continue
+			}
+			c.Part, c.Kind, c.Name = wide.PartID, KindChoiceID, ""
+			if _, ok := s.wide.known[c.Key()]; ok || have[c.Key()] {
+				continue
+			}
+			have[c.Key()] = true
+			add = append(add, c)
+		}
+	}
+	return append(fresh, add...)
+}
+
 // WideViewName is the name of survey id's wide view.
 func WideViewName(surveyID int64) string { return wide.ViewName(surveyID) }
 
@@ -61,6 +171,7 @@ const wideValues = "multiIf(choice_label != '', choice_label, column_label != ''
 	"isNotNull(value), toString(assumeNotNull(value)), '')"
 
 // Kind codes inside the view's query.
+// (kind < 8: a cell's position and kind travel as one number, pos * 8 + kind).
 var kindCodes = map[string]int{KindLabel: 1, KindText: 2, KindNumber: 3, KindLabels: 4, KindFiles: 5, KindValues: 6}
 
 // wideSelect is the query of survey's wide view over the tables of db
@@ -103,6 +214,13 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 	// The columns are picked from the answers side's arrays after the join
 	// (picked before it, the join's table took over 4 GB for 100k responses
 	// × 75 columns on 18.16).
+	// A choice-id column reads the cells of its label column.
+	labelPos := map[wideKey]int{}
+	for i, c := range cols {
+		if c.Kind == KindLabel {
+			labelPos[wideKey{Question: c.QuestionID, Row: c.RowID}] = i + 1
+		}
+	}
 	for i, c := range cols {
 		p := i + 1
 		var expr string
@@ -111,8 +229,13 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 			expr = fmt.Sprintf("t_[indexOf(op_, %d)]", p)
 		case c.Kind == KindNumber:
 			expr = fmt.Sprintf("if(s_[indexOf(p_, %d)] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p, p)
+		case c.Kind == KindChoiceID:
+			lp := labelPos[wideKey{Question: c.QuestionID, Row: c.RowID}]
+			expr = fmt.Sprintf("if(indexOf(p_, %d) = 0 OR c_[indexOf(p_, %d)] = %s, NULL, toNullable(c_[indexOf(p_, %d)]))",
+				lp, lp, noChoiceID, lp)
 		case wide.IsArray(c.Kind):
-			expr = fmt.Sprintf("arrayMap(x -> tupleElement(x, 3), arrayFilter(x -> tupleElement(x, 1) = %d, a_))", p)
+			// a_ is sorted by position: the column's cells are a slice.
+			expr = fmt.Sprintf("arraySlice(as_, indexOf(ap_, %d), countEqual(ap_, %d))", p, p)
 		default:
 			expr = fmt.Sprintf("s_[indexOf(p_, %d)]", p)
 		}
@@ -148,8 +271,8 @@ FROM
 		return b.String()
 	}
 	// Positions (from 1) of the columns, and what the answers side needs.
-	var hashes, poss, codes, otherQs, otherPos []string
-	var numbers, others, arrays bool
+	var keys, codes, otherQs, otherPos []string
+	var numbers, others, arrays, ids bool
 	// A cell's column is found by a key of its question and matrix row:
 	// question_id << 32 | row_id when every id fits 32 bits (the service's
 	// ids do), else a hash. (Constant arrays of cityHash64 cost 50-90 ms
@@ -170,51 +293,80 @@ FROM
 			"bitOr(bitShiftLeft(toUInt64(question_id), 32), toUInt64(ifNull(row_id, 0))), 0)"
 	}
 	for i, c := range cols {
-		p := strconv.Itoa(i + 1)
-		if c.Kind == KindOther {
+		switch c.Kind {
+		case KindOther:
 			others = true
 			otherQs = append(otherQs, strconv.FormatInt(c.QuestionID, 10))
-			otherPos = append(otherPos, p)
+			otherPos = append(otherPos, strconv.Itoa(i+1))
+			continue
+		case KindChoiceID:
+			ids = true
 			continue
 		}
-		hashes = append(hashes, cellKey(c.QuestionID, c.RowID))
-		poss = append(poss, p)
-		codes = append(codes, strconv.Itoa(kindCodes[c.Kind]))
+		keys = append(keys, cellKey(c.QuestionID, c.RowID))
+		// Position and kind in one number: pk = position * 8 + kind.
+		codes = append(codes, strconv.Itoa((i+1)*8+kindCodes[c.Kind]))
 		numbers = numbers || c.Kind == KindNumber
 		arrays = arrays || wide.IsArray(c.Kind)
 	}
-	if len(poss) == 0 { // only "other" columns: keep the arrays typed
-		hashes, poss, codes = []string{"toUInt64(0)"}, []string{"0"}, []string{"0"}
+	if len(keys) == 0 { // only "other" columns: keep the arrays typed
+		keys, codes = []string{"toUInt64(0)"}, []string{"0"}
 	}
 	b.WriteString("\nALL LEFT JOIN\n(\n    SELECT\n        response_id,\n        _version,\n        groupArray(pos) AS p_,\n        groupArray(str) AS s_")
 	if numbers {
 		b.WriteString(",\n        groupArray(num) AS n_")
 	}
+	if ids {
+		b.WriteString(",\n        groupArray(cid) AS c_")
+	}
 	if others {
 		b.WriteString(",\n        groupArray(opos) AS op_,\n        groupArray(text) AS t_")
 	}
 	if arrays {
-		b.WriteString(",\n        arraySort(arrayDistinct(groupArrayIf((pos, answer_index, str), k >= 4))) AS a_")
+		b.WriteString(",\n        arraySort(arrayDistinct(groupArrayIf((pos, answer_index, str), k >= 4))) AS a_," +
+			"\n        arrayMap(x -> tupleElement(x, 1), a_) AS ap_,\n        arrayMap(x -> tupleElement(x, 3), a_) AS as_")
 	}
+	// Three levels: the cells with their column (pk, one transform), then
+	// what each kind keeps (str, num, cid: reading pk, a column, rather than
+	// repeating the transform, which 18.16 expands at every use of an alias
+	// and took most of a point lookup's time analysing), then per response
+	// version.
 	fmt.Fprintf(&b, `
     FROM
     (
         SELECT
-            response_id, _version, answer_index, text,
-            transform(%s, [%s], [%s], 0) AS pos,
-            transform(pos, [%s], [%s], 0) AS k,
+            response_id, _version, answer_index, text, intDiv(pk, 8) AS pos, pk %% 8 AS k,
             multiIf(k = 1 OR k = 4, %s, k = 2 OR k = 5, text, k = 3, if(isNull(value), '', 'n'), k = 6, %s, '') AS str`,
-		rowKey, strings.Join(hashes, ", "), strings.Join(poss, ", "), strings.Join(poss, ", "), strings.Join(codes, ", "), wideLabel, wideValues)
+		wideLabel, wideValues)
 	if numbers {
 		b.WriteString(",\n            ifNull(value, toInt64(0)) AS num")
+	}
+	if ids {
+		b.WriteString(",\n            ifNull(choice_id, ifNull(column_id, " + noChoiceID + ")) AS cid")
 	}
 	if others {
 		fmt.Fprintf(&b, ",\n            if(isNull(other_id), 0, transform(question_id, [%s], [%s], 0)) AS opos",
 			strings.Join(otherQs, ", "), strings.Join(otherPos, ", "))
 	}
-	fmt.Fprintf(&b, "\n        FROM %s.answers\n        WHERE survey_id = %d\n    )\n    GROUP BY response_id, _version\n)%s\nUSING (response_id, _version)", db, surveyID, alias("a"))
+	fmt.Fprintf(&b, `
+        FROM
+        (
+            SELECT
+                response_id, _version, answer_index, text, choice_label, column_label, value, choice_id, column_id,
+                other_id, question_id, transform(%s, [%s], [%s], 0) AS pk
+            FROM %s.answers
+            WHERE survey_id = %d
+        )
+    )
+    GROUP BY response_id, _version
+)%s
+USING (response_id, _version)`, rowKey, strings.Join(keys, ", "), strings.Join(codes, ", "), db, surveyID, alias("a"))
 	return b.String()
 }
+
+// noChoiceID stands for "no id" in the choice-id cells (no real id is the
+// smallest Int64; groupArray would skip a NULL and shift the positions).
+const noChoiceID = "toInt64('-9223372036854775808')"
 
 // wideState is what the Sink knows of the wide views: the columns per
 // survey (loaded from wide_columns on first use) and the surveys whose view
@@ -374,6 +526,7 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 				}
 			}
 		}
+		fresh[id] = s.withChoiceIDs(id, fresh[id])
 		if len(fresh[id]) > 0 {
 			if err := s.addWideColumns(ctx, id, fresh[id]); err != nil {
 				s.wideFailed(id, now, "recording new columns", err)
@@ -393,7 +546,7 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 		}
 		delete(s.wide.stale, id)
 		delete(s.wide.retryAt, id)
-		s.log.Info("wide view replaced", "view", s.table(WideViewName(id)), "columns", len(s.wide.cols[id]),
+		s.log.Info("wide view replaced", "view", s.table(WideViewName(id)), "columns", len(s.viewColumns(id)),
 			"took", time.Since(start).Round(time.Millisecond))
 	}
 }
@@ -401,19 +554,34 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 // wideFormat marks the views this code creates (in an alias of the view's
 // query): change it when wideSelect changes, and running daemons' views are
 // replaced at their next start.
-const wideFormat = "w1"
+const wideFormat = "w2"
 
 // wideViewCurrent reports whether survey id's view exists with the known
 // columns, in order, and this code's format; the caller holds s.wide.mu.
 func (s *Sink) wideViewCurrent(ctx context.Context, id int64) bool {
+	want := append([]string(nil), wideResponseColumns...)
+	for _, c := range s.viewColumns(id) {
+		want = append(want, c.Name)
+	}
+	for _, view := range s.wideViewNames(id) {
+		if !s.viewIs(ctx, view, want) {
+			return false
+		}
+	}
+	return true
+}
+
+// viewIs reports whether view exists with the columns want, in order, and
+// this code's format.
+func (s *Sink) viewIs(ctx context.Context, view string, want []string) bool {
 	var query string
 	if err := s.conn.QueryRow(ctx, "SELECT create_table_query FROM system.tables WHERE database = ? AND name = ?",
-		s.opts.Database, WideViewName(id)).Scan(&query); err != nil || !strings.Contains(query, "r_version_"+wideFormat) {
+		s.opts.Database, view).Scan(&query); err != nil || !strings.Contains(query, "r_version_"+wideFormat) {
 		return false
 	}
 	var names []string
 	rows, err := s.conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
-		s.opts.Database, WideViewName(id))
+		s.opts.Database, view)
 	if err != nil {
 		return false
 	}
@@ -424,10 +592,6 @@ func (s *Sink) wideViewCurrent(ctx context.Context, id int64) bool {
 			return false
 		}
 		names = append(names, n)
-	}
-	want := append([]string(nil), wideResponseColumns...)
-	for _, c := range s.wide.cols[id] {
-		want = append(want, c.Name)
 	}
 	return rows.Err() == nil && strings.Join(names, "\x00") == strings.Join(want, "\x00")
 }
@@ -545,8 +709,18 @@ func (s *Sink) writeWideColumns(ctx context.Context, cols []WideColumn) error {
 // and swapped in by RENAME, so the view never disappears on a single node.
 // On a cluster (ON CLUSTER), the swap runs on every node.
 func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
-	name := s.table(WideViewName(id))
-	query := wideSelect(s.opts.Database, id, s.wide.cols[id], s.version.Version.Major >= 20)
+	query := wideSelect(s.opts.Database, id, s.viewColumns(id), s.version.Version.Major >= 20)
+	for _, view := range s.wideViewNames(id) {
+		if err := s.replaceView(ctx, view, query); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceView creates or replaces view (a name in the database) as query.
+func (s *Sink) replaceView(ctx context.Context, view, query string) error {
+	name := s.table(view)
 	if !s.wide.noReplace {
 		err := s.conn.Exec(s.wideDDLCtx(ctx), fmt.Sprintf("CREATE OR REPLACE VIEW %s%s AS\n%s", name, s.tmpl.OnCluster, query))
 		if err == nil {
@@ -568,7 +742,7 @@ func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
 			return s.clusterDDLError(err)
 		}
 	}
-	exists, err := s.tableExists(ctx, WideViewName(id))
+	exists, err := s.tableExists(ctx, view)
 	if err != nil {
 		return err
 	}
@@ -616,6 +790,7 @@ func (s *Sink) tableExists(ctx context.Context, name string) (bool, error) {
 type WideView struct {
 	SurveyID int64
 	View     string // database.survey_<id>
+	Alias    string // database.<friendly name>, when the survey has one
 	Columns  []WideColumn
 }
 
@@ -647,7 +822,20 @@ func (s *Sink) WideViews(ctx context.Context, surveyIDs ...int64) ([]WideView, e
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, WideView{SurveyID: id, View: s.table(WideViewName(id)), Columns: cols})
+		if !s.opts.Wide.ChoiceIDs {
+			kept := cols[:0]
+			for _, c := range cols {
+				if c.Part != wide.PartID {
+					kept = append(kept, c)
+				}
+			}
+			cols = kept
+		}
+		v := WideView{SurveyID: id, View: s.table(WideViewName(id)), Columns: cols}
+		if n := s.opts.Wide.Names[id]; n != "" {
+			v.Alias = s.table(n)
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -665,12 +853,17 @@ func (s *Sink) RefreshWideViews(ctx context.Context, surveyIDs ...int64) ([]Wide
 	defer s.wide.mu.Unlock()
 	s.wide.init()
 	for i, v := range views {
-		s.setWideColumns(v.SurveyID, v.Columns)
+		all, err := s.WideColumns(ctx, v.SurveyID) // with the choice-id columns: their names are taken
+		if err != nil {
+			return nil, err
+		}
+		s.setWideColumns(v.SurveyID, all)
 		s.wide.loaded[v.SurveyID] = true
 		fresh, err := s.scanWideColumns(ctx, v.SurveyID)
 		if err != nil {
 			return nil, err
 		}
+		fresh = s.withChoiceIDs(v.SurveyID, fresh)
 		if len(fresh) > 0 {
 			if err := s.addWideColumns(ctx, v.SurveyID, fresh); err != nil {
 				return nil, err
@@ -680,7 +873,7 @@ func (s *Sink) RefreshWideViews(ctx context.Context, surveyIDs ...int64) ([]Wide
 			return nil, fmt.Errorf("clickhouse: replace %s: %w", v.View, err)
 		}
 		delete(s.wide.stale, v.SurveyID)
-		views[i].Columns = s.wide.cols[v.SurveyID]
+		views[i].Columns = s.viewColumns(v.SurveyID)
 	}
 	return views, nil
 }

@@ -73,7 +73,10 @@ func TestAssignNamesStableAndUnique(t *testing.T) {
 // response gets a new version and one is deleted, and the view follows
 // without anything but Write.
 func TestWideViewMatchesEmulator(t *testing.T) {
-	s, _ := openTest(t, nil)
+	// With the choice ids and a friendly name (the other tests run without).
+	s, _ := openTest(t, func(o *Options) {
+		o.Wide = WideOptions{ChoiceIDs: true, Names: map[int64]string{4574: "spokojenost_2026"}}
+	})
 	ctx := ctxT(t)
 	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	em, err := sim.New(sim.Options{
@@ -133,7 +136,7 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	for _, c := range cols {
 		names[c.Name] = true
 	}
-	for _, n := range []string{"source", "spokojenost", "zdroj", "zdroj_other", "produkty", "produkty_other", "hodnoceni_cena",
+	for _, n := range []string{"source", "spokojenost", "spokojenost_id", "hodnoceni_cena_id", "zdroj", "zdroj_other", "produkty", "produkty_other", "hodnoceni_cena",
 		"hodnoceni_zakaznicka_podpora", "kanaly_bezny_ucet", "nps", "zlepseni", "prilohy"} {
 		if !names[n] {
 			t.Errorf("no column %s in %v", n, cols)
@@ -168,7 +171,7 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	}
 	found := false
 	for _, c := range cols {
-		if c.QuestionID == 424242 {
+		if c.QuestionID == 424242 && c.Part == "" {
 			found = true
 			if c.Name != "zlepseni_424242" || c.Title != "Zlepšení (nová otázka)" || c.Kind != KindLabel {
 				t.Errorf("new question's column: %+v", c)
@@ -178,6 +181,31 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	if !found {
 		t.Error("the new question has no column")
 	}
+
+	// The friendly name is the same view.
+	sameView := func() {
+		t.Helper()
+		var a, b []string
+		for _, v := range []struct {
+			name string
+			out  *[]string
+		}{{WideViewName(4574), &a}, {"spokojenost_2026", &b}} {
+			var cols string
+			var n uint64
+			if err := s.Conn().QueryRow(ctx, "SELECT arrayStringConcat(groupArray(name), ',') FROM system.columns WHERE database = ? AND table = ?",
+				s.Database(), v.name).Scan(&cols); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.table(v.name)+" WHERE zlepseni_424242_id = 7").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			*v.out = []string{cols, strconv.FormatUint(n, 10)}
+		}
+		if !reflect.DeepEqual(a, b) || b[1] != "1" {
+			t.Errorf("survey_4574 %v, spokojenost_2026 %v", a, b)
+		}
+	}
+	sameView()
 
 	// The view's filters give the same rows with and without predicate
 	// pushdown (a filter must never reach an older version).
@@ -269,7 +297,7 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 		row := map[string]string{"response_status": r.ResponseStatus}
 		for _, c := range cols {
 			switch {
-			case c.Kind == KindNumber:
+			case c.Kind == KindNumber || c.Kind == KindChoiceID:
 				row[c.Name] = "NULL"
 			case wide.IsArray(c.Kind):
 				row[c.Name] = "[]"
@@ -280,10 +308,21 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 		for _, p := range r.Pages {
 			for _, q := range p.Questions {
 				cells := map[int64][]string{}
+				ids := map[int64]string{} // the first cell's choice (else matrix column) id
 				for _, a := range q.Answers {
 					var rowID int64
 					if a.RowID != nil {
 						rowID = int64(*a.RowID)
+					}
+					if _, ok := ids[rowID]; !ok {
+						switch {
+						case a.ChoiceID != nil:
+							ids[rowID] = strconv.FormatInt(int64(*a.ChoiceID), 10)
+						case a.ColumnID != nil:
+							ids[rowID] = strconv.FormatInt(int64(*a.ColumnID), 10)
+						default:
+							ids[rowID] = "NULL"
+						}
 					}
 					switch q.Type {
 					case "single", "matrix_single":
@@ -316,6 +355,9 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 						row[n] = list(vs)
 					default:
 						row[n] = vs[0]
+					}
+					if n, ok := name[key{q.ID, rowID, "id"}]; ok {
+						row[n] = ids[rowID]
 					}
 				}
 			}
