@@ -13,6 +13,8 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/wide"
 )
 
 // exportFlags are surveysync export's flags.
@@ -25,7 +27,7 @@ type exportFlags struct {
 }
 
 // export writes a survey's wide view to CSV or Parquet, streaming
-// (docs/schema.md, "Wide tables"), from ClickHouse.
+// (docs/schema.md, "Wide tables"), from ClickHouse or the Parquet sink.
 func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stderr io.Writer) int {
 	if f.format != "csv" && f.format != "parquet" {
 		fmt.Fprintf(stderr, "surveysync export: --format %s: want csv or parquet\n", f.format)
@@ -47,17 +49,46 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		}
 		o.Since = t
 	}
-	if !cfg.ClickHouse.Enabled() {
-		fmt.Fprintln(stderr, "surveysync export: clickhouse.addr is empty: export reads the wide views in ClickHouse (the Parquet sink's files: docs/parquet.md)")
-		return exitConfig
+	// From ClickHouse's view when ClickHouse is configured, else from the
+	// Parquet sink's files (package parquet; same columns and formats).
+	var run func(w io.Writer) (int, error)
+	source := ""
+	if cfg.ClickHouse.Enabled() {
+		log := newLogger(cfg, stderr)
+		s, err := clickhouse.Open(ctx, clickhouseOptions(cfg, log, prometheus.NewRegistry()))
+		if err != nil {
+			fmt.Fprintln(stderr, "surveysync export:", err)
+			return exitFail
+		}
+		defer s.Close()
+		source = s.Database() + "." + clickhouse.WideViewName(f.survey)
+		run = func(w io.Writer) (int, error) {
+			if f.format == "parquet" {
+				return s.ExportWideParquet(ctx, w, f.survey, o)
+			}
+			return s.ExportWideCSV(ctx, w, f.survey, o)
+		}
+	} else {
+		dir, err := filepath.Abs(cfg.Parquet.Dir)
+		if err != nil {
+			fmt.Fprintln(stderr, "surveysync export:", err)
+			return exitFail
+		}
+		if _, err := os.Stat(filepath.Join(dir, "responses", fmt.Sprintf("survey_id=%d", f.survey))); err != nil {
+			fmt.Fprintf(stderr, "surveysync export: no responses of survey %d under %s (clickhouse.addr is empty: export reads the Parquet sink's files; run `surveysync run` first, or set --parquet-dir)\n", f.survey, dir)
+			return exitFail
+		}
+		source = "Parquet files under " + dir
+		po := parquet.WideOptions{Since: o.Since, ChoiceIDs: cfg.Wide.ChoiceIDs}
+		run = func(w io.Writer) (int, error) {
+			return parquet.ExportWide(ctx, dir, f.survey, po, func(fields []wide.Field) (wide.Writer, error) {
+				if f.format == "parquet" {
+					return wide.NewParquet(w, fields)
+				}
+				return wide.NewCSV(w, fields, f.bom)
+			})
+		}
 	}
-	log := newLogger(cfg, stderr)
-	s, err := clickhouse.Open(ctx, clickhouseOptions(cfg, log, prometheus.NewRegistry()))
-	if err != nil {
-		fmt.Fprintln(stderr, "surveysync export:", err)
-		return exitFail
-	}
-	defer s.Close()
 	out, name := stdout, "standard output"
 	var file *os.File
 	if f.output != "" && f.output != "-" {
@@ -76,12 +107,7 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 	// Buffered, and not an io.Closer: the Parquet writer must not close
 	// the file before it is renamed.
 	bw := bufio.NewWriterSize(out, 256<<10)
-	var n int
-	if f.format == "parquet" {
-		n, err = s.ExportWideParquet(ctx, bw, f.survey, o)
-	} else {
-		n, err = s.ExportWideCSV(ctx, bw, f.survey, o)
-	}
+	n, err := run(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -95,6 +121,6 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		return exitFail
 	}
 	fmt.Fprintf(stderr, "exported %d responses of survey %d (%s) to %s in %s\n",
-		n, f.survey, s.Database()+"."+clickhouse.WideViewName(f.survey), name, roundDuration(time.Since(start)))
+		n, f.survey, source, name, roundDuration(time.Since(start)))
 	return exitOK
 }
