@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,39 +56,10 @@ type WideOptions struct {
 	Names map[int64]string
 }
 
-// reservedNames are the names of surveysync's own tables and views, which
-// no friendly view name may take.
-var reservedNames = map[string]bool{
-	"responses": true, "answers": true, "responses_current": true, "answers_current": true, "surveys": true,
-	"surveys_current": true, "sync_state": true, "sync_state_current": true, "sync_progress": true,
-	"uploaded_files": true, "uploaded_files_current": true, "webhook_events": true, "pushed_contacts": true,
-	"message_sends": true, "rejects": true, "schema_migrations": true, "wide_columns": true,
-	"wide_columns_current": true, "leader_lease": true,
-}
-
-// wideNameRE is what a friendly view name may look like.
-var wideNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
-// CheckWideViewName reports whether name can be a survey's friendly view
-// name: lower-case letters, digits and _, not starting with a digit, not
-// survey_<digits> (another survey's view), not one of surveysync's tables,
-// not ending in _local, __new or __old (the cluster's and the swap's).
-func CheckWideViewName(name string) error {
-	switch {
-	case !wideNameRE.MatchString(name):
-		return fmt.Errorf("wide view name %q: must match %s", name, wideNameRE)
-	case reservedNames[name], strings.HasSuffix(name, "_local"), strings.HasSuffix(name, "__new"), strings.HasSuffix(name, "__old"):
-		return fmt.Errorf("wide view name %q: taken by surveysync's own tables", name)
-	case strings.HasPrefix(name, "survey_") && strings.TrimLeft(strings.TrimPrefix(name, "survey_"), "m0123456789") == "":
-		return fmt.Errorf("wide view name %q: survey_<id> names are the surveys' own views", name)
-	}
-	return nil
-}
-
 func (o WideOptions) check() error {
 	seen := map[string]int64{}
 	for id, name := range o.Names {
-		if err := CheckWideViewName(name); err != nil {
+		if err := wide.CheckViewName(name); err != nil {
 			return fmt.Errorf("clickhouse: options: survey %d: %w", id, err)
 		}
 		if other, ok := seen[name]; ok {
@@ -228,7 +198,7 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 		case c.Kind == KindOther:
 			expr = fmt.Sprintf("t_[indexOf(op_, %d)]", p)
 		case c.Kind == KindNumber:
-			expr = fmt.Sprintf("if(s_[indexOf(p_, %d)] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p, p)
+			expr = fmt.Sprintf("if(v_[%d] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p+1, p)
 		case c.Kind == KindChoiceID:
 			lp := labelPos[wideKey{Question: c.QuestionID, Row: c.RowID}]
 			expr = fmt.Sprintf("if(indexOf(p_, %d) = 0 OR c_[indexOf(p_, %d)] = %s, NULL, toNullable(c_[indexOf(p_, %d)]))",
@@ -237,7 +207,9 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 			// a_ is sorted by position: the column's cells are a slice.
 			expr = fmt.Sprintf("arraySlice(as_, indexOf(ap_, %d), countEqual(ap_, %d))", p, p)
 		default:
-			expr = fmt.Sprintf("s_[indexOf(p_, %d)]", p)
+			// v_[p + 1] is s_[indexOf(p_, p)], taken once for every
+			// position on the answers side (a third less to analyse).
+			expr = fmt.Sprintf("v_[%d]", p+1)
 		}
 		fmt.Fprintf(&b, ",\n    %s AS %s", expr, quoteIdent(c.Name))
 	}
@@ -313,6 +285,9 @@ FROM
 		keys, codes = []string{"toUInt64(0)"}, []string{"0"}
 	}
 	b.WriteString("\nALL LEFT JOIN\n(\n    SELECT\n        response_id,\n        _version,\n        groupArray(pos) AS p_,\n        groupArray(str) AS s_")
+	// (s_ and p_ appear outside the lambda too: 18.16 does not see the
+	// columns a lambda's body uses, and would drop them from the subquery.)
+	fmt.Fprintf(&b, ",\n        arrayMap(i -> s_[indexOf(p_, i)], range(%d + 0 * (length(s_) + length(p_)))) AS v_", len(cols)+1)
 	if numbers {
 		b.WriteString(",\n        groupArray(num) AS n_")
 	}
