@@ -192,19 +192,29 @@ func WideColumns(ctx context.Context, dir string, surveyID int64, choiceIDs bool
 				return errors.New("unexpected column types: not a surveysync answers file")
 			}
 			for i := 0; i < q.Len(); i++ {
-				c := wide.Column{SurveyID: surveyID, QuestionID: q.Value(i), QuestionType: strings.Clone(qtype.Value(i)),
+				k := wide.Key{Survey: surveyID, Question: q.Value(i)}
+				if row.IsValid(i) {
+					k.Row = row.Value(i)
+				}
+				v := ver.Value(i)
+				ko := wide.Key{Survey: surveyID, Question: k.Question, Part: wide.PartOther}
+				if s := cols[k]; s != nil && v >= s.first && v <= s.last {
+					if s := cols[ko]; !other.IsValid(i) || (s != nil && v >= s.first && v <= s.last) {
+						continue // nothing new: most rows (no string copies)
+					}
+				}
+				c := wide.Column{SurveyID: surveyID, QuestionID: k.Question, RowID: k.Row, QuestionType: strings.Clone(qtype.Value(i)),
 					Variable: strings.Clone(variable.Value(i)), Title: strings.Clone(title.Value(i)),
 					PageIndex: page.Value(i), QuestionIndex: qidx.Value(i)}
-				if row.IsValid(i) {
-					c.RowID = row.Value(i)
+				if k.Row != 0 {
 					c.RowLabel = strings.Clone(rowLabel.Value(i))
 				}
 				c.Kind = wide.QuestionKind(c.QuestionType, c.RowID != 0)
-				note(c.Key(), ver.Value(i), c)
+				note(k, v, c)
 				if other.IsValid(i) {
 					o := c
 					o.RowID, o.RowLabel, o.Part, o.Kind = 0, "", wide.PartOther, wide.KindOther
-					note(o.Key(), ver.Value(i), o)
+					note(ko, v, o)
 				}
 			}
 			return nil
