@@ -198,7 +198,7 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 		case c.Kind == KindOther:
 			expr = fmt.Sprintf("t_[indexOf(op_, %d)]", p)
 		case c.Kind == KindNumber:
-			expr = fmt.Sprintf("if(v_[%d] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p+1, p)
+			expr = fmt.Sprintf("if(s_[indexOf(p_, %d)] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p, p)
 		case c.Kind == KindChoiceID:
 			lp := labelPos[wideKey{Question: c.QuestionID, Row: c.RowID}]
 			expr = fmt.Sprintf("if(indexOf(p_, %d) = 0 OR c_[indexOf(p_, %d)] = %s, NULL, toNullable(c_[indexOf(p_, %d)]))",
@@ -207,9 +207,11 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 			// a_ is sorted by position: the column's cells are a slice.
 			expr = fmt.Sprintf("arraySlice(as_, indexOf(ap_, %d), countEqual(ap_, %d))", p, p)
 		default:
-			// v_[p + 1] is s_[indexOf(p_, p)], taken once for every
-			// position on the answers side (a third less to analyse).
-			expr = fmt.Sprintf("v_[%d]", p+1)
+			// (One array v_ = arrayMap(i -> s_[indexOf(p_, i)], range(n))
+			// on the answers side was a third cheaper to analyse, but the
+			// join's table then held it for every response: out of memory
+			// on a full scan.)
+			expr = fmt.Sprintf("s_[indexOf(p_, %d)]", p)
 		}
 		fmt.Fprintf(&b, ",\n    %s AS %s", expr, quoteIdent(c.Name))
 	}
@@ -285,9 +287,6 @@ FROM
 		keys, codes = []string{"toUInt64(0)"}, []string{"0"}
 	}
 	b.WriteString("\nALL LEFT JOIN\n(\n    SELECT\n        response_id,\n        _version,\n        groupArray(pos) AS p_,\n        groupArray(str) AS s_")
-	// (s_ and p_ appear outside the lambda too: 18.16 does not see the
-	// columns a lambda's body uses, and would drop them from the subquery.)
-	fmt.Fprintf(&b, ",\n        arrayMap(i -> s_[indexOf(p_, i)], range(%d + 0 * (length(s_) + length(p_)))) AS v_", len(cols)+1)
 	if numbers {
 		b.WriteString(",\n        groupArray(num) AS n_")
 	}
