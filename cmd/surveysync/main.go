@@ -178,7 +178,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "export":
 		var f exportFlags
 		cfg, _, code := load(command{name: "export", configFlags: sinkFlags,
-			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
+			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. From ClickHouse's view survey_<id>, or with no clickhouse.addr from the Parquet sink's files (--parquet-dir). CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
 				fs.StringVar(&f.format, "format", "csv", "csv or parquet")
