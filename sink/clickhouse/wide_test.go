@@ -654,3 +654,40 @@ func compareParquet(t *testing.T, s *Sink, want map[string]map[string]string) {
 		}
 	}
 }
+
+// Choice ids turned on for a survey whose columns were recorded without
+// them: the daemon's first write adds them and replaces the view; turned
+// off again, the view drops them (they stay recorded, their names taken).
+func TestWideViewChoiceIDsTurnedOn(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := ctxT(t)
+	writeBatch(t, s, []testResponse{{ID: guid(1), SurveyID: 4574, Version: 1, Answers: 2}})
+	columns := func() string {
+		t.Helper()
+		var cols string
+		if err := s.Conn().QueryRow(ctx, "SELECT arrayStringConcat(groupArray(name), ',') FROM system.columns WHERE database = ? AND table = ? AND name LIKE 'q%'",
+			s.Database(), WideViewName(4574)).Scan(&cols); err != nil {
+			t.Fatal(err)
+		}
+		return cols
+	}
+	before := columns()
+	for _, on := range []bool{true, false} {
+		o := testOptions(s.Database())
+		o.Wide.ChoiceIDs = on
+		s2, err := Open(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeBatch(t, s2, []testResponse{{ID: guid(2), SurveyID: 4574, Version: 2, Answers: 2}})
+		s2.Close()
+		got := columns()
+		if on && !strings.Contains(got, "_id") {
+			t.Errorf("choice ids on: view columns %s (before %s)", got, before)
+		}
+		if !on && got != before {
+			t.Errorf("choice ids off again: view columns %s, want %s", got, before)
+		}
+		t.Logf("choice ids %v: %s", on, got)
+	}
+}
