@@ -7,6 +7,7 @@ package wide
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -272,4 +273,33 @@ func SortColumns(cols []Column) {
 		}
 		return a.RowID < b.RowID
 	})
+}
+
+// reservedNames are the names of surveysync's own tables and views, which
+// no friendly view name may take.
+var reservedNames = map[string]bool{
+	"responses": true, "answers": true, "responses_current": true, "answers_current": true, "surveys": true,
+	"surveys_current": true, "sync_state": true, "sync_state_current": true, "sync_progress": true,
+	"uploaded_files": true, "uploaded_files_current": true, "webhook_events": true, "pushed_contacts": true,
+	"message_sends": true, "rejects": true, "schema_migrations": true, "wide_columns": true,
+	"wide_columns_current": true, "leader_lease": true,
+}
+
+// viewNameRE is what a friendly view name may look like.
+var viewNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// CheckViewName reports whether name can be a survey's friendly view
+// name: lower-case letters, digits and _, not starting with a digit, not
+// survey_<digits> (another survey's view), not one of surveysync's tables,
+// not ending in _local, __new or __old (the cluster's and the swap's).
+func CheckViewName(name string) error {
+	switch {
+	case !viewNameRE.MatchString(name):
+		return fmt.Errorf("wide view name %q: must match %s", name, viewNameRE)
+	case reservedNames[name], strings.HasSuffix(name, "_local"), strings.HasSuffix(name, "__new"), strings.HasSuffix(name, "__old"):
+		return fmt.Errorf("wide view name %q: taken by surveysync's own tables", name)
+	case strings.HasPrefix(name, "survey_") && strings.TrimLeft(strings.TrimPrefix(name, "survey_"), "m0123456789") == "":
+		return fmt.Errorf("wide view name %q: survey_<id> names are the surveys' own views", name)
+	}
+	return nil
 }

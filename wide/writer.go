@@ -21,7 +21,7 @@ import (
 )
 
 // Field is one column of an export: its name and ClickHouse type (String,
-// UUID, Int64, UInt64, Nullable(…), DateTime('UTC'), Array(String)).
+// UUID, Int64, UInt64/16/8, Nullable(…), DateTime('UTC'), Array(String)).
 type Field struct {
 	Name string
 	Type string
@@ -126,6 +126,10 @@ func Text(v any) string {
 		return strconv.FormatInt(x, 10)
 	case uint64:
 		return strconv.FormatUint(x, 10)
+	case uint16:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10)
 	case []string:
 		if len(x) == 0 {
 			return "[]"
@@ -151,9 +155,9 @@ func arrowType(chType string) (arrow.DataType, bool) {
 		base = strings.TrimSuffix(strings.TrimPrefix(chType, "Nullable("), ")")
 	}
 	switch {
-	case base == "Int64":
+	case base == "Int64", base == "Int32", base == "Int16", base == "Int8":
 		return arrow.PrimitiveTypes.Int64, nullable
-	case base == "UInt64":
+	case base == "UInt64", base == "UInt32", base == "UInt16", base == "UInt8":
 		return arrow.PrimitiveTypes.Uint64, nullable
 	case strings.HasPrefix(base, "DateTime"):
 		return &arrow.TimestampType{Unit: arrow.Second, TimeZone: "UTC"}, nullable

@@ -24,6 +24,7 @@ type exportFlags struct {
 	output string
 	since  string
 	bom    bool
+	table  string // wide, responses or answers
 }
 
 // export writes a survey's wide view to CSV or Parquet, streaming
@@ -31,6 +32,13 @@ type exportFlags struct {
 func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stderr io.Writer) int {
 	if f.format != "csv" && f.format != "parquet" {
 		fmt.Fprintf(stderr, "surveysync export: --format %s: want csv or parquet\n", f.format)
+		return exitUsage
+	}
+	if f.table == "" {
+		f.table = "wide"
+	}
+	if f.table != "wide" && f.table != "responses" && f.table != "answers" {
+		fmt.Fprintf(stderr, "surveysync export: --table %s: want wide, responses or answers\n", f.table)
 		return exitUsage
 	}
 	if f.survey == 0 {
@@ -63,10 +71,18 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		defer s.Close()
 		source = s.Database() + "." + clickhouse.WideViewName(f.survey)
 		run = func(w io.Writer) (int, error) {
+			if f.table != "wide" {
+				return s.ExportTable(ctx, f.table, f.survey, o, func(fields []wide.Field) (wide.Writer, error) {
+					return openWriter(w, f, fields)
+				})
+			}
 			if f.format == "parquet" {
 				return s.ExportWideParquet(ctx, w, f.survey, o)
 			}
 			return s.ExportWideCSV(ctx, w, f.survey, o)
+		}
+		if f.table != "wide" {
+			source = s.Database() + "." + f.table + "_current"
 		}
 	} else {
 		dir, err := filepath.Abs(cfg.Parquet.Dir)
@@ -81,12 +97,11 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		source = "Parquet files under " + dir
 		po := parquet.WideOptions{Since: o.Since, ChoiceIDs: cfg.Wide.ChoiceIDs}
 		run = func(w io.Writer) (int, error) {
-			return parquet.ExportWide(ctx, dir, f.survey, po, func(fields []wide.Field) (wide.Writer, error) {
-				if f.format == "parquet" {
-					return wide.NewParquet(w, fields)
-				}
-				return wide.NewCSV(w, fields, f.bom)
-			})
+			open := func(fields []wide.Field) (wide.Writer, error) { return openWriter(w, f, fields) }
+			if f.table != "wide" {
+				return parquet.ExportTable(ctx, dir, f.table, f.survey, po, open)
+			}
+			return parquet.ExportWide(ctx, dir, f.survey, po, open)
 		}
 	}
 	out, name := stdout, "standard output"
@@ -120,7 +135,19 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		fmt.Fprintln(stderr, "surveysync export:", err)
 		return exitFail
 	}
-	fmt.Fprintf(stderr, "exported %d responses of survey %d (%s) to %s in %s\n",
-		n, f.survey, source, name, roundDuration(time.Since(start)))
+	what := "responses"
+	if f.table == "answers" {
+		what = "answers rows"
+	}
+	fmt.Fprintf(stderr, "exported %d %s of survey %d (%s) to %s in %s\n",
+		n, what, f.survey, source, name, roundDuration(time.Since(start)))
 	return exitOK
+}
+
+// openWriter is the writer of f's format.
+func openWriter(w io.Writer, f exportFlags, fields []wide.Field) (wide.Writer, error) {
+	if f.format == "parquet" {
+		return wide.NewParquet(w, fields)
+	}
+	return wide.NewCSV(w, fields, f.bom)
 }

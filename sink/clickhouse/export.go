@@ -44,12 +44,50 @@ func (s *Sink) ExportWideParquet(ctx context.Context, w io.Writer, surveyID int6
 	})
 }
 
+// ExportTable writes survey surveyID's rows of a long table, "responses"
+// (responses_current) or "answers" (answers_current: the answers of the
+// current versions), to the writer open returns for the table's fields,
+// streamed; Since keeps the responses read at or after it (and their
+// answers). It returns the number of rows.
+func (s *Sink) ExportTable(ctx context.Context, table string, surveyID int64, o ExportOptions,
+	open func([]wide.Field) (wide.Writer, error)) (int, error) {
+	var query string
+	args := []any{surveyID}
+	switch table {
+	case "responses":
+		query = "SELECT * FROM " + s.table("responses_current") + " WHERE survey_id = ?"
+		if !o.Since.IsZero() {
+			query += " AND synced_at >= ?"
+			args = append(args, o.Since.UTC().Truncate(time.Second))
+		}
+	case "answers":
+		query = "SELECT * FROM " + s.table("answers_current") + " WHERE survey_id = ?"
+		if !o.Since.IsZero() {
+			query += " AND response_id IN (SELECT response_id FROM " + s.table("responses_current") +
+				" WHERE survey_id = ? AND synced_at >= ?)"
+			args = append(args, surveyID, o.Since.UTC().Truncate(time.Second))
+		}
+	default:
+		return 0, fmt.Errorf("clickhouse: export survey %d: table %q: want responses or answers", surveyID, table)
+	}
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse: export %s of survey %d: %w", table, surveyID, err)
+	}
+	return exportRows(rows, surveyID, open)
+}
+
 func (s *Sink) exportWide(ctx context.Context, surveyID int64, o ExportOptions,
 	open func([]wide.Field) (wide.Writer, error)) (int, error) {
 	rows, err := s.wideRows(ctx, surveyID, o)
 	if err != nil {
 		return 0, err
 	}
+	return exportRows(rows, surveyID, open)
+}
+
+// exportRows writes rows to the writer open returns, and closes rows.
+func exportRows(rows driver.Rows, surveyID int64, open func([]wide.Field) (wide.Writer, error)) (int, error) {
 	defer rows.Close()
 	types := rows.ColumnTypes()
 	fields := make([]wide.Field, len(types))

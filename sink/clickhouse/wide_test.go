@@ -241,6 +241,21 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 			t.Errorf("export since %s: %d records (%v), want %d", since, n, err, wantN)
 		}
 	}
+	// The long tables: as many rows as the *_current views, every
+	// current response once.
+	for _, table := range []string{"responses", "answers"} {
+		var want uint64
+		if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.table(table+"_current")+" WHERE survey_id = 4574").Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		n, err := s.ExportTable(ctx, table, 4574, ExportOptions{}, func(fields []wide.Field) (wide.Writer, error) {
+			return wide.NewCSV(&buf, fields, false)
+		})
+		if err != nil || uint64(n) != want || (table == "responses" && n != len(truth)) {
+			t.Errorf("ExportTable %s: %d rows (%v), want %d", table, n, err, want)
+		}
+	}
 	vs, err := s.WideViews(ctx)
 	if err != nil || len(vs) != 1 || vs[0].SurveyID != 4574 || len(vs[0].Columns) != len(cols) || vs[0].View != view {
 		t.Errorf("WideViews: %v %+v", err, vs)

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,6 +152,42 @@ func TestExportWideMatchesEmulator(t *testing.T) {
 	}
 	if _, n := exportRows(t, dir, "csv", WideOptions{Since: later.Add(time.Second)}, false); n != 0 {
 		t.Errorf("since after the last write: %d rows", n)
+	}
+
+	// The long tables: every current response once, and exactly the
+	// answers rows flatten makes of the current versions.
+	wantAnswers := 0
+	for _, r := range truth {
+		b := flatten.NewBuilder(memory.NewGoAllocator())
+		if err := b.Add(flatten.Item{Response: &r, SurveyID: 4574, ResponseID: r.ResponseID, Version: 1, SyncedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		batch := b.Flush()
+		_, a := batch.Rows()
+		wantAnswers += int(a)
+		batch.Release()
+		b.Release()
+	}
+	for table, want := range map[string]int{"responses": len(truth), "answers": wantAnswers} {
+		var buf bytes.Buffer
+		n, err := ExportTable(ctx, dir, table, 4574, WideOptions{}, func(fields []wide.Field) (wide.Writer, error) {
+			return wide.NewCSV(&buf, fields, false)
+		})
+		recs, cerr := csv.NewReader(&buf).ReadAll()
+		if err != nil || cerr != nil || n != want || len(recs) != want+1 {
+			t.Errorf("ExportTable %s: %d rows, %d records (%v, %v), want %d", table, n, len(recs)-1, err, cerr, want)
+		}
+		for _, rec := range recs[1:] {
+			if _, ok := truth[rec[0]]; !ok {
+				t.Errorf("ExportTable %s: response %s is not current", table, rec[0])
+				break
+			}
+		}
+	}
+	if n, err := ExportTable(ctx, dir, "answers", 4574, WideOptions{Since: later}, func(fields []wide.Field) (wide.Writer, error) {
+		return wide.NewCSV(io.Discard, fields, false)
+	}); err != nil || n == 0 {
+		t.Errorf("ExportTable answers since %s: %d rows (%v)", later, n, err)
 	}
 }
 
