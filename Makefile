@@ -32,9 +32,16 @@ race: test ## alias of test
 test-short: ## unit tests only, no race detector
 	$(GO) test -short -count=1 $(PKGS)
 
-lint: ## gofmt and go vet
+GOLANGCI_VERSION ?= v2.15.0
+GOLANGCI ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
+
+lint: ## gofmt, go vet and golangci-lint (.golangci.yml; installed from the Go module proxy on first use)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@if ! $(GOLANGCI) version 2>/dev/null | grep -q "$(GOLANGCI_VERSION:v%=%)"; then \
+		echo "go install golangci-lint $(GOLANGCI_VERSION)"; \
+		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); fi
+	$(GOLANGCI) run ./...
 
 demo: ## sync the built-in emulator's responses into Parquet under ./data, then exit
 	$(GO) run ./cmd/surveysync run --exit-when-synced

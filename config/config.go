@@ -23,6 +23,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/surveysync/surveysync/internal/ha"
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/webhookrx"
 )
 
 // Config is the whole configuration. Field tags name the YAML keys.
@@ -154,13 +162,12 @@ type Parquet struct {
 // Files is the copy of respondents' uploaded files into object storage.
 type Files struct {
 	Enabled            bool     `koanf:"enabled"`
-	URL                URL      `koanf:"url"` // file:///abs/dir or s3://bucket?region=… (gs and azblob are not compiled in)
+	URL                URL      `koanf:"url"` // file:///abs/dir or s3://bucket?region=… (S3-compatible storage)
 	MaxConcurrency     int      `koanf:"max_concurrency"`
 	MaxSize            ByteSize `koanf:"max_size"`             // larger files are skipped and counted
 	DeleteWithResponse bool     `koanf:"delete_with_response"` // delete a deleted response's objects
 	TypeMatch          []string `koanf:"type_match"`           // a question type containing one of these carries files
 	S3                 S3Keys   `koanf:"s3"`                   // optional; else the AWS default credential chain
-	Azblob             AzureKey `koanf:"azblob"`               // optional; else the Azure default credentials
 }
 
 // S3Keys are static credentials for s3:// URLs (AWS or an S3-compatible
@@ -169,12 +176,6 @@ type S3Keys struct {
 	AccessKeyID     string `koanf:"access_key_id"`
 	SecretAccessKey Secret `koanf:"secret_access_key"`
 	SessionToken    Secret `koanf:"session_token"`
-}
-
-// AzureKey is a shared key for azblob:// URLs; both or neither.
-type AzureKey struct {
-	AccountName string `koanf:"account_name"`
-	AccountKey  Secret `koanf:"account_key"`
 }
 
 // Metrics is the Prometheus endpoint (/metrics).
@@ -356,37 +357,37 @@ func defaults() *Config {
 	return &Config{
 		API: API{
 			BaseURL:        "https://api.click4survey.com/v1",
-			MaxConcurrency: 8,
+			MaxConcurrency: surveyapi.DefaultMaxConcurrency,
 			RateLimit:      10,
-			Timeout:        30 * time.Second,
-			MaxRetries:     6,
-			QuotaPause:     15 * time.Minute,
+			Timeout:        surveyapi.DefaultTimeout,
+			MaxRetries:     surveyapi.DefaultMaxRetries,
+			QuotaPause:     surveyapi.DefaultQuotaPause,
 		},
 		Surveys: []int64{},
 		Sync: Sync{
 			Statuses:          append([]string(nil), Statuses...),
-			PollInterval:      30 * time.Second,
-			Overlap:           10 * time.Minute,
-			SettleLag:         5 * time.Second,
-			PartialLookback:   72 * time.Hour,
-			PartialRescan:     10 * time.Minute,
-			ReconcileInterval: 6 * time.Hour,
-			BackfillFrom:      time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
-			FetchConcurrency:  16,
+			PollInterval:      poll.DefaultPollInterval,
+			Overlap:           poll.DefaultOverlap,
+			SettleLag:         5 * time.Second, // poll's zero is none
+			PartialLookback:   poll.DefaultPartialLookback,
+			PartialRescan:     poll.DefaultPartialRescanInterval,
+			ReconcileInterval: poll.DefaultReconcileInterval,
+			BackfillFrom:      poll.DefaultBackfillFrom(),
+			FetchConcurrency:  pipeline.DefaultFetchConcurrency,
 			Batch: Batch{
-				MaxRows:  30_000,
-				MaxBytes: 64 << 20,
-				MaxDelay: time.Second,
+				MaxRows:  pipeline.DefaultMaxRows,
+				MaxBytes: pipeline.DefaultMaxBytes,
+				MaxDelay: pipeline.DefaultMaxDelay,
 			},
 		},
 		Webhooks: Webhooks{
 			Listen:             "127.0.0.1:8088",
 			SpoolDir:           "./data/webhook-spool",
-			SpoolMaxEvents:     100_000,
-			SpoolMaxBytes:      256 << 20,
+			SpoolMaxEvents:     webhookrx.DefaultSpoolMaxEvents,
+			SpoolMaxBytes:      ByteSize(webhookrx.DefaultSpoolMaxBytes),
 			AllowCIDRs:         []string{},
-			SignatureTolerance: 5 * time.Minute,
-			MaxBodyBytes:       1 << 20,
+			SignatureTolerance: webhookrx.DefaultSignatureTolerance,
+			MaxBodyBytes:       ByteSize(webhookrx.DefaultMaxBodyBytes),
 		},
 		ClickHouse: ClickHouse{
 			Addr:            []string{},
@@ -402,11 +403,11 @@ func defaults() *Config {
 			Enabled:        true,
 			MaxConcurrency: 4,
 			MaxSize:        1 << 30,
-			TypeMatch:      []string{"file", "upload"},
+			TypeMatch:      files.DefaultTypeMatch(),
 		},
 		Metrics:  Metrics{Listen: "127.0.0.1:9464"},
 		Shutdown: Shutdown{DrainTimeout: 30 * time.Second},
-		HA:       HA{Servers: []string{}, SessionTimeout: 10 * time.Second},
+		HA:       HA{Servers: []string{}, SessionTimeout: ha.DefaultSessionTimeout},
 		Log:      Log{Level: "info", Format: "text"},
 		Demo: Demo{Emulator: Emulator{
 			Listen:             "127.0.0.1:0",
@@ -450,38 +451,35 @@ func (c *Config) resolve() {
 		c.API.UserAgent = DemoUserAgent
 	}
 	for i := range c.Feeds {
-		c.Feeds[i].applyDefaults()
+		c.Feeds[i].setDefaults()
 	}
 }
 
-// Feed defaults, applied to each feed after decoding.
-const (
-	DefaultCSVDirInterval  = 5 * time.Second
-	DefaultQueryInterval   = time.Hour
-	DefaultFeedListen      = "127.0.0.1:8090"
-	DefaultFeedBodyBytes   = 16 << 20
-	DefaultFeedConcurrency = 8
-)
+// DefaultFeedListen is feeds[].http.listen's default (the feed package
+// takes a listener, not an address). The other per-feed defaults are
+// source/feed's.
+const DefaultFeedListen = "127.0.0.1:8090"
 
-func (f *Feed) applyDefaults() {
+// setDefaults fills a feed's unset keys after decoding.
+func (f *Feed) setDefaults() {
 	if f.DedupeKey == "" {
 		f.DedupeKey = DedupeHash
 	}
 	if f.Concurrency == 0 {
-		f.Concurrency = DefaultFeedConcurrency
+		f.Concurrency = feed.DefaultConcurrency
 	}
 	switch f.Type {
 	case FeedCSVDir:
 		if f.Interval == 0 {
-			f.Interval = DefaultCSVDirInterval
+			f.Interval = feed.DefaultCSVDirInterval
 		}
 	case FeedClickHouseQuery:
 		if f.Interval == 0 {
-			f.Interval = DefaultQueryInterval
+			f.Interval = feed.DefaultQueryInterval
 		}
 	case FeedHTTP:
 		if f.HTTP.MaxBodyBytes == 0 {
-			f.HTTP.MaxBodyBytes = DefaultFeedBodyBytes
+			f.HTTP.MaxBodyBytes = feed.DefaultMaxBodyBytes
 		}
 		if f.HTTP.Listen == "" {
 			f.HTTP.Listen = DefaultFeedListen

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/flatten"
@@ -82,30 +82,43 @@ type Options struct {
 	OnResponse func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response)
 }
 
-func (o *Options) defaults() {
+// Defaults of zero Options fields (config's sync.fetch_concurrency and
+// sync.batch.* are these).
+const (
+	DefaultFetchConcurrency = 16
+	DefaultMaxRows          = 30_000
+	DefaultMaxBytes         = 64 << 20
+	DefaultMaxDelay         = time.Second
+	DefaultUrgentDelay      = 50 * time.Millisecond
+	DefaultRetryInitial     = 500 * time.Millisecond
+	DefaultRetryMax         = 30 * time.Second
+	DefaultRefusedRetryMax  = 2 * time.Minute
+)
+
+func (o *Options) setDefaults() {
 	if o.FetchConcurrency <= 0 {
-		o.FetchConcurrency = 16
+		o.FetchConcurrency = DefaultFetchConcurrency
 	}
 	if o.MaxRows <= 0 {
-		o.MaxRows = 30_000
+		o.MaxRows = DefaultMaxRows
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 64 << 20
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.MaxDelay <= 0 {
-		o.MaxDelay = time.Second
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.UrgentDelay <= 0 || o.UrgentDelay > o.MaxDelay {
-		o.UrgentDelay = min(50*time.Millisecond, o.MaxDelay)
+		o.UrgentDelay = min(DefaultUrgentDelay, o.MaxDelay)
 	}
 	if o.RetryInitial <= 0 {
-		o.RetryInitial = 500 * time.Millisecond
+		o.RetryInitial = DefaultRetryInitial
 	}
 	if o.RetryMax <= 0 {
-		o.RetryMax = 30 * time.Second
+		o.RetryMax = DefaultRetryMax
 	}
 	if o.RefusedRetryMax <= 0 {
-		o.RefusedRetryMax = 2 * time.Minute
+		o.RefusedRetryMax = DefaultRefusedRetryMax
 	}
 	o.RefusedRetryMax = max(o.RefusedRetryMax, o.RetryMax)
 	if o.Allocator == nil {
@@ -140,14 +153,13 @@ type Pipeline struct {
 	mu        sync.RWMutex // guards sends on in against close
 	inClosed  bool
 
-	wmu  sync.Mutex    // guards ws and wait
-	ws   WriteStatus   // the state of the writes (WriteStatus)
-	wait time.Duration // the write path's next back-off ceiling
+	wmu sync.Mutex  // guards ws
+	ws  WriteStatus // the state of the writes (WriteStatus); ws.Attempts is the back-off's step
 }
 
 // New returns a pipeline reading details through f and writing to s.
 func New(o Options, f Fetcher, s Sink) *Pipeline {
-	o.defaults()
+	o.setDefaults()
 	return &Pipeline{
 		o:        o,
 		fetcher:  f,
@@ -569,7 +581,7 @@ func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err err
 		// Every response refused on its own: that is the table (a column's
 		// type changed, a replica behind on a migration), not the data.
 		// Wait as for an outage instead of rejecting good responses.
-		if err := sleep(ctx, p.failing(rejects[0].err, WriteRefused, resp)); err != nil {
+		if err := backoff.Sleep(ctx, p.failing(rejects[0].err, WriteRefused, resp)); err != nil {
 			return settled, err
 		}
 	}
@@ -643,7 +655,7 @@ func (p *Pipeline) writeRetry(ctx context.Context, b *flatten.Batch) error {
 		if permanent.Is(err) {
 			return err
 		}
-		if err := sleep(ctx, p.failing(err, "", resp)); err != nil {
+		if err := backoff.Sleep(ctx, p.failing(err, "", resp)); err != nil {
 			return err
 		}
 	}
@@ -678,16 +690,16 @@ func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
 		}
 		return
 	}
-	wait := p.o.RetryInitial
+	retry := backoff.Policy{Initial: p.o.RetryInitial, Max: p.o.RetryMax}
 	for attempt := 1; ; attempt++ {
 		err := p.o.Rejects.WriteRejects(ctx, recs)
 		if err == nil {
 			break
 		}
 		if ctx.Err() == nil && !permanent.Is(err) {
+			wait := retry.Delay(attempt)
 			p.o.Logger.Warn("reject store write failed; retrying", "attempt", attempt, "rejects", len(recs), "retry_in", wait, "err", err)
-			err = sleep(ctx, wait/2+rand.N(wait/2+1))
-			wait = min(wait*2, p.o.RetryMax)
+			err = backoff.Sleep(ctx, wait)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -726,15 +738,4 @@ func truncateUTF8(s string, n int) string {
 	}
 	const ellipsis = "…"
 	return strings.ToValidUTF8(s[:n-len(ellipsis)], "") + ellipsis
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -2,11 +2,11 @@ package pipeline
 
 import (
 	"errors"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 )
 
@@ -94,7 +94,8 @@ func tableLabel(t string) string {
 // (a batch every response of which the sink refuses one by one is
 // WriteRefused). This is the write path's one back-off: it doubles from
 // RetryInitial per failed attempt of the episode, up to RetryMax for a
-// transient failure and RefusedRetryMax for a refusal, with jitter.
+// transient failure and RefusedRetryMax for a refusal (internal/backoff,
+// equal jitter).
 func (p *Pipeline) failing(err error, class string, n int64) time.Duration {
 	table, code, msg, refused := describeWrite(err)
 	if class == "" {
@@ -107,7 +108,6 @@ func (p *Pipeline) failing(err error, class string, n int64) time.Duration {
 	p.wmu.Lock()
 	if !p.ws.Failing {
 		p.ws = WriteStatus{Failing: true, Since: now, LastWrite: p.ws.LastWrite}
-		p.wait = p.o.RetryInitial
 	}
 	p.ws.Attempts++
 	p.ws.Class, p.ws.Table, p.ws.Code, p.ws.Message, p.ws.Responses = class, table, code, msg, n
@@ -115,9 +115,7 @@ func (p *Pipeline) failing(err error, class string, n int64) time.Duration {
 	if class == WriteRefused {
 		limit = p.o.RefusedRetryMax
 	}
-	wait := min(p.wait, limit)
-	d := wait/2 + rand.N(wait/2+1)
-	p.wait = min(wait*2, limit)
+	d := backoff.Policy{Initial: p.o.RetryInitial, Max: limit}.Delay(p.ws.Attempts)
 	p.ws.NextRetry = now.Add(d)
 	ws := p.ws
 	p.wmu.Unlock()

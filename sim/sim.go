@@ -168,11 +168,19 @@ type surveyGen struct {
 	q        *questionnaire
 }
 
-// Default webhook schedule of the service (docs/api.md section 11).
-var defaultSchedule = []time.Duration{0, 3 * time.Second, 30 * time.Second, 5 * time.Minute, time.Hour, 24 * time.Hour}
+// DefaultWebhookSchedule is the service's webhook schedule (docs/api.md
+// section 11), Options.WebhookSchedule's default.
+func DefaultWebhookSchedule() []time.Duration {
+	return []time.Duration{0, 3 * time.Second, 30 * time.Second, 5 * time.Minute, time.Hour, 24 * time.Hour}
+}
 
-// New creates an emulator. Close it to stop its webhook senders.
-func New(o Options) (*Sim, error) {
+// Defaults of zero Options fields.
+const (
+	DefaultWebhookTimeout = 10 * time.Second
+	DefaultLiveTick       = time.Second
+)
+
+func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -180,14 +188,19 @@ func New(o Options) (*Sim, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(o.WebhookSchedule) == 0 {
-		o.WebhookSchedule = defaultSchedule
+		o.WebhookSchedule = DefaultWebhookSchedule()
 	}
 	if o.WebhookTimeout <= 0 {
-		o.WebhookTimeout = 10 * time.Second
+		o.WebhookTimeout = DefaultWebhookTimeout
 	}
 	if o.LiveTick <= 0 {
-		o.LiveTick = time.Second
+		o.LiveTick = DefaultLiveTick
 	}
+}
+
+// New creates an emulator. Close it to stop its webhook senders.
+func New(o Options) (*Sim, error) {
+	o.setDefaults()
 	s := &Sim{
 		opts:     o,
 		log:      o.Logger,

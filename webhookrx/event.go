@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/permanent"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/record"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Event is one webhook delivery as the spool keeps it.
@@ -74,10 +73,11 @@ func kindOf(name string) string {
 // written through the pipeline; survey events: the surveys table updated and
 // the polling set changed). Any other error is retried with backoff (behind
 // a gate of the event's survey, without holding a worker) and the event
-// stays in the spool; wrap an error with Permanent (or permanent.New) to
-// give up on an event that can never succeed (it is logged with outcome
-// "rejected" and removed). Process is never called for unknown event names. It must not
-// modify ev.Body (the spool shares it) and may be called concurrently
+// stays in the spool. An error permanent.Is reports (wrap it with
+// permanent.New; a permanent.Error from the pipeline, the sinks or the
+// client is one already) gives up on an event that can never succeed: it
+// is logged with outcome "rejected" and removed. Process is never called
+// for unknown event names. It must not modify ev.Body (the spool shares it) and may be called concurrently
 // (Options.ProcessConcurrency); an event may be processed more than once
 // (after a crash), so Process must be idempotent.
 type Processor interface {
@@ -89,15 +89,6 @@ type ProcessorFunc func(ctx context.Context, ev Event) error
 
 // Process calls f.
 func (f ProcessorFunc) Process(ctx context.Context, ev Event) error { return f(ctx, ev) }
-
-// Permanent marks err as not worth retrying: the event is logged as
-// rejected and removed from the spool. It is permanent.New("webhook", err):
-// any permanent.Error (from the pipeline, the sinks, the client) has the
-// same effect.
-func Permanent(err error) error { return permanent.New("webhook", err) }
-
-// IsPermanent reports whether err is permanent (permanent.Is).
-func IsPermanent(err error) bool { return permanent.Is(err) }
 
 // Outcomes of a processed event in LogEntry.Outcome and in
 // surveysync_webhook_events_total.
@@ -154,7 +145,8 @@ func bodyID(body []byte) string {
 }
 
 // validID reports whether a webhook-id can serve as an event id: 1 to 255
-// printable ASCII characters without spaces (ids go into done.log lines).
+// printable ASCII characters without spaces (ids are logged, and were
+// lines of the former spool's done.log).
 func validID(id string) bool {
 	if id == "" || len(id) > 255 {
 		return false
@@ -182,7 +174,7 @@ func parseEvent(body []byte) (survey.WebhookEvent, error) {
 		if errors.As(err, &ute) {
 			return ev, fmt.Errorf("body must be a JSON object, got %s", ute.Value)
 		}
-		return ev, fmt.Errorf("invalid JSON: %v", err)
+		return ev, fmt.Errorf("invalid JSON: %w", err)
 	}
 	if raw == nil {
 		return ev, errors.New("body must be a JSON object, got null")
@@ -202,7 +194,7 @@ func parseEvent(body []byte) (survey.WebhookEvent, error) {
 	sid, err := flexInt(raw["survey_id"])
 	switch {
 	case err != nil && kind != KindUnknown:
-		return ev, fmt.Errorf("%s: survey_id: %v", ev.EventName, err)
+		return ev, fmt.Errorf("%s: survey_id: %w", ev.EventName, err)
 	case err == nil && sid != nil:
 		ev.SurveyID = *sid
 	case sid == nil && kind != KindUnknown:
@@ -217,7 +209,7 @@ func parseEvent(body []byte) (survey.WebhookEvent, error) {
 		} else if g, err := survey.ParseGUID(s); err == nil {
 			ev.ResponseID = g
 		} else if kind == KindResponseReceived {
-			return ev, fmt.Errorf("response_received: response_id: %v", err)
+			return ev, fmt.Errorf("response_received: response_id: %w", err)
 		}
 	}
 	if kind == KindResponseReceived && ev.ResponseID == "" {

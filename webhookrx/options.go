@@ -61,14 +61,14 @@ type Options struct {
 	// SpoolMemoryBytes bounds the bodies of spooled events held in memory:
 	// those handed to the workers (queued or being processed). The other
 	// waiting events are kept as small index entries and read back from
-	// the spool files when their turn comes. Default 16 MiB; at least one
+	// the spool's database when their turn comes. Default 16 MiB; at least one
 	// event is always handed out.
 	SpoolMemoryBytes int64
-	// SegmentBytes is the size at which a spool segment file is closed and a
-	// new one started. Default 4 MiB.
+	// SegmentBytes bounds the bodies of one group commit (the name is the
+	// former segmented log's). Default 4 MiB.
 	SegmentBytes int64
 	// DedupeIDs is how many processed event ids are remembered (in memory
-	// and in SpoolDir/done.log) to acknowledge redeliveries without
+	// and in the spool's database) to acknowledge redeliveries without
 	// processing them again. Default 100 000.
 	DedupeIDs int
 	// RetryAfter is the Retry-After sent with a 503. Default 60 s.
@@ -113,6 +113,47 @@ const (
 	DefaultSpoolMaxEvents           = 100_000
 	DefaultSpoolMaxBytes      int64 = 256 << 20
 )
+
+// setDefaults gives zero fields their defaults (resolve has refused
+// negative sizes and counts).
+func (o *Options) setDefaults() {
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.MaxBodyBytes, DefaultMaxBodyBytes)
+	defInt(&o.MaxConns, 1024)
+	defInt(&o.SpoolMaxEvents, DefaultSpoolMaxEvents)
+	def(&o.SpoolMaxBytes, DefaultSpoolMaxBytes)
+	def(&o.SegmentBytes, 4<<20)
+	def(&o.SpoolMemoryBytes, 16<<20)
+	defInt(&o.DedupeIDs, 100_000)
+	defInt(&o.ProcessConcurrency, 256)
+	defInt(&o.LogBatch, 1000)
+	defDur(&o.SignatureTolerance, DefaultSignatureTolerance)
+	defDur(&o.RetryAfter, time.Minute)
+	defDur(&o.RetryInitial, 500*time.Millisecond)
+	defDur(&o.RetryMax, time.Minute)
+	defDur(&o.LogInterval, 500*time.Millisecond)
+	defDur(&o.ShutdownTimeout, 10*time.Second)
+	if o.RetryMax < o.RetryInitial {
+		o.RetryMax = o.RetryInitial
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
 
 // settings are Options after defaults and parsing.
 type settings struct {
@@ -169,42 +210,7 @@ func (o Options) resolve() (*settings, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	def := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defInt := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defDur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&s.MaxBodyBytes, DefaultMaxBodyBytes)
-	defInt(&s.MaxConns, 1024)
-	defInt(&s.SpoolMaxEvents, DefaultSpoolMaxEvents)
-	def(&s.SpoolMaxBytes, DefaultSpoolMaxBytes)
-	def(&s.SegmentBytes, 4<<20)
-	def(&s.SpoolMemoryBytes, 16<<20)
-	defInt(&s.DedupeIDs, 100_000)
-	defInt(&s.ProcessConcurrency, 256)
-	defInt(&s.LogBatch, 1000)
-	defDur(&s.SignatureTolerance, DefaultSignatureTolerance)
-	defDur(&s.RetryAfter, time.Minute)
-	defDur(&s.RetryInitial, 500*time.Millisecond)
-	defDur(&s.RetryMax, time.Minute)
-	defDur(&s.LogInterval, 500*time.Millisecond)
-	defDur(&s.ShutdownTimeout, 10*time.Second)
-	if s.RetryMax < s.RetryInitial {
-		s.RetryMax = s.RetryInitial
-	}
-	if s.Now == nil {
-		s.Now = time.Now
-	}
+	s.setDefaults()
 	s.logger = o.Logger
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))

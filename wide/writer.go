@@ -216,7 +216,7 @@ func (w *parquetWriter) flush() error {
 	if w.pending == 0 {
 		return nil
 	}
-	rec := w.rb.NewRecord()
+	rec := w.rb.NewRecordBatch()
 	defer rec.Release()
 	w.pending = 0
 	return w.pw.Write(rec)

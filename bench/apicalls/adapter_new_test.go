@@ -5,8 +5,8 @@ package apicalls
 import (
 	"time"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // pollOptions completes the options as the daemon does after issue 12: the

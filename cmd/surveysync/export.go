@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/wide"
@@ -62,8 +63,8 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 	var run func(w io.Writer) (int, error)
 	source := ""
 	if cfg.ClickHouse.Enabled() {
-		log := newLogger(cfg, stderr)
-		s, err := clickhouse.Open(ctx, clickhouseOptions(cfg, log, prometheus.NewRegistry()))
+		log := daemon.NewLogger(cfg, stderr)
+		s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 		if err != nil {
 			fmt.Fprintln(stderr, "surveysync export:", err)
 			return exitFail
@@ -140,7 +141,7 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		what = "answers rows"
 	}
 	fmt.Fprintf(stderr, "exported %d %s of survey %d (%s) to %s in %s\n",
-		n, what, f.survey, source, name, roundDuration(time.Since(start)))
+		n, what, f.survey, source, name, daemon.RoundDuration(time.Since(start)))
 	return exitOK
 }
 

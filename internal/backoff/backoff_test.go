@@ -2,6 +2,7 @@ package backoff
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -38,7 +39,7 @@ func TestSleepStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
-	if err := Sleep(ctx, time.Hour); err != context.Canceled {
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep = %v, want context.Canceled", err)
 	}
 	if time.Since(start) > time.Second {

@@ -179,7 +179,7 @@ func (c *Cluster) Lock(t testing.TB) {
 		delete(c.locked, t)
 		c.holders--
 		if c.holders == 0 {
-			syscall.Flock(int(c.lockFile.Fd()), syscall.LOCK_UN)
+			_ = syscall.Flock(int(c.lockFile.Fd()), syscall.LOCK_UN) // closing the file releases it too
 			c.lockFile.Close()
 			c.lockFile = nil
 		}

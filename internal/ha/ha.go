@@ -72,23 +72,27 @@ type Elector struct {
 	dialer zk.Dialer // tests: a network that can be cut
 }
 
+func (o *Options) setDefaults() {
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // New checks the options and registers the metrics (the gauge reads 0 until
 // the elector leads).
 func New(o Options) (*Elector, error) {
 	if len(o.Servers) == 0 {
 		return nil, errors.New("ha: no servers")
 	}
-	if o.SessionTimeout <= 0 {
-		o.SessionTimeout = DefaultSessionTimeout
-	}
+	o.setDefaults()
 	if o.Root == "" || !strings.HasPrefix(o.Root, "/") || (len(o.Root) > 1 && strings.HasSuffix(o.Root, "/")) || o.Root == "/" {
 		return nil, fmt.Errorf("ha: root %q must be an absolute znode path such as /surveysync/account", o.Root)
 	}
 	if o.Instance == "" {
 		return nil, errors.New("ha: no instance name")
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Elector{
 		o:          o,
@@ -389,7 +393,7 @@ func (c *campaign) lead(ctx context.Context, lead func(context.Context)) error {
 	<-done
 	e.gauge.Set(0)
 	if inflight {
-		<-pinged // the ping goroutine is owned here; requests end when the connection does
+		<-pinged //nolint:errcheck // its error was handled by the ping goroutine, which is owned here; requests end when the connection does
 	}
 	if why != "stopping" {
 		e.log.Warn("ha: stepped down", "instance", e.o.Instance, "reason", why)

@@ -26,8 +26,8 @@ import (
 
 // DefaultTypeMatch is the default list of question-type substrings that mark
 // an upload question (docs/api.md: "a question whose type contains file or
-// upload").
-var DefaultTypeMatch = []string{"file", "upload"}
+// upload"), files.type_match's default; each call returns a new slice.
+func DefaultTypeMatch() []string { return []string{"file", "upload"} }
 
 // FileRef names one uploaded file: the download path of docs/api.md §4.5 plus the
 // question it was uploaded to (the join key with answers_current).
@@ -49,7 +49,7 @@ func (r FileRef) Key() string {
 // case-insensitive substring test.
 func IsUploadType(questionType string, typeMatch []string) bool {
 	if len(typeMatch) == 0 {
-		typeMatch = DefaultTypeMatch
+		typeMatch = DefaultTypeMatch()
 	}
 	t := strings.ToLower(questionType)
 	for _, m := range typeMatch {
@@ -140,7 +140,7 @@ type Record struct {
 func (r Record) Stored() bool { return r.SHA256 != "" && r.Error == "" && !r.Deleted }
 
 // Index keeps the uploaded_files rows. Implementations: sink/clickhouse
-// (FileIndex, table uploaded_files) and sink/parquet (JSONLIndex, a file
+// (FileIndex, table uploaded_files) and sink/parquet (FileIndex, a file
 // under the data folder).
 type Index interface {
 	// Record stores new versions of rows. It returns nil only once they are

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,13 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
-	"gocloud.dev/gcerrors"
 
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
 	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestMain(m *testing.M) {
@@ -106,7 +106,7 @@ func TestCopyByteIdentical(t *testing.T) {
 			if sum != want || n != sizes[i] {
 				t.Fatalf("object %s: sha %s size %d, want %s %d", r.Key(), sum, n, want, sizes[i])
 			}
-			a, err := st.Bucket().Attributes(context.Background(), r.Key())
+			a, err := st.Attributes(context.Background(), r.Key())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestCopyByteIdentical(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// On S3, the raw metadata header is ASCII: gocloud percent-encodes values.
+// On S3, the raw metadata header is ASCII: values are percent-encoded.
 func TestS3MetadataIsASCII(t *testing.T) {
 	v := blobtest.Start(t)
 	st := s3Store(t, v, "ascii")
@@ -148,8 +148,7 @@ func TestS3MetadataIsASCII(t *testing.T) {
 	if _, err := c.Copy(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	var client *s3.Client
-	st.Bucket().As(&client)
+	client := st.b.(*s3Backend).client
 	out, err := client.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String("ascii"), Key: aws.String(r.Key())})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +172,7 @@ func TestCutDownloadLeavesNothingThenSucceeds(t *testing.T) {
 			fs.add(r.FileID, fileSpec{size: size, name: czechName})
 			fs.cutNext(r.FileID, size/2)
 			opts := testOptions(t)
-			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "uploaded_files.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +185,7 @@ func TestCutDownloadLeavesNothingThenSucceeds(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Reason != ReasonDownload {
 				t.Fatalf("cut copy: err %v, want a download CopyError", err)
 			}
-			if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
+			if _, err := st.Attributes(context.Background(), r.Key()); !errors.Is(err, ErrNotExist) {
 				t.Fatalf("after a cut download, attributes err = %v, want NotFound", err)
 			}
 			if ents, _ := os.ReadDir(opts.SpoolDir); len(ents) != 0 {
@@ -217,9 +216,9 @@ func TestRerunCopiesNothing(t *testing.T) {
 	stores(t, func(t *testing.T, st *Store) {
 		fs := newFileServer(t)
 		resp := responseWithFiles(fs, 4574, guid(0xabc00000, 1), 12, 40<<10)
-		ixPath := filepath.Join(t.TempDir(), "uploaded_files.jsonl")
-		run := func() (*Copier, *parquet.JSONLIndex) {
-			ix, err := parquet.OpenJSONLIndex(ixPath)
+		ixPath := filepath.Join(t.TempDir(), "uploaded_files.db")
+		run := func() (*Copier, *parquet.FileIndex) {
+			ix, err := parquet.OpenFileIndex(ixPath)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +281,7 @@ func TestSizeCap(t *testing.T) {
 	fs.add(r.FileID, fileSpec{size: 100 << 10})
 	opts := testOptions(t)
 	opts.MaxSize = 64 << 10
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, opts)
 	_, err := c.Copy(context.Background(), r)
@@ -316,7 +315,7 @@ func TestSizeCap(t *testing.T) {
 	if fs.requests.Load() != reqs {
 		t.Errorf("a too-large file was retried at once")
 	}
-	if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
+	if _, err := st.Attributes(context.Background(), r.Key()); !errors.Is(err, ErrNotExist) {
 		t.Errorf("too-large file stored: %v", err)
 	}
 }
@@ -324,7 +323,7 @@ func TestSizeCap(t *testing.T) {
 func TestNotFoundIsPermanent(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-00000000dead")
@@ -345,7 +344,7 @@ func TestNotFoundIsPermanent(t *testing.T) {
 func TestServerErrorsRetried(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000003")
@@ -365,7 +364,7 @@ func TestServerErrorsRetried(t *testing.T) {
 func TestQueueFullDefersToIndex(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	opts := testOptions(t)
 	opts.QueueSize = 3
@@ -389,8 +388,8 @@ func TestQueueFullDefersToIndex(t *testing.T) {
 func TestShutdownRecordsPendingAndRestartCopiesThem(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ixPath := filepath.Join(t.TempDir(), "ix.jsonl")
-	ix, _ := parquet.OpenJSONLIndex(ixPath)
+	ixPath := filepath.Join(t.TempDir(), "ix.db")
+	ix, _ := parquet.OpenFileIndex(ixPath)
 	resp := responseWithFiles(fs, 9, guid(0x45600000, 3), 6, 1000)
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	c.HandleResponse(context.Background(), resp)
@@ -403,7 +402,7 @@ func TestShutdownRecordsPendingAndRestartCopiesThem(t *testing.T) {
 	}
 	ix.Close()
 
-	ix2, err := parquet.OpenJSONLIndex(ixPath)
+	ix2, err := parquet.OpenFileIndex(ixPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +420,7 @@ func TestMarkDeleted(t *testing.T) {
 		t.Run(map[bool]string{false: "mark", true: "remove"}[remove], func(t *testing.T) {
 			st, _ := fileStore(t)
 			fs := newFileServer(t)
-			ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+			ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 			defer ix.Close()
 			opts := testOptions(t)
 			opts.DeleteWithResponse = remove
@@ -446,8 +445,8 @@ func TestMarkDeleted(t *testing.T) {
 				return len(recs) == 3 && c.Idle()
 			})
 			for _, r := range files.FindFiles(resp, nil) {
-				_, err := st.Bucket().Attributes(context.Background(), r.Key())
-				if remove != (gcerrors.Code(err) == gcerrors.NotFound) {
+				_, err := st.Attributes(context.Background(), r.Key())
+				if remove != errors.Is(err, ErrNotExist) {
 					t.Errorf("DeleteWithResponse=%v: object %s attributes err %v", remove, r.Key(), err)
 				}
 			}
@@ -466,7 +465,7 @@ func TestS3OutageLosesNothing(t *testing.T) {
 	v := blobtest.Start(t)
 	st := s3Store(t, v, "outage")
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	opts := testOptions(t)
 	c := NewCopier(st, fs.downloader(), ix, opts)
@@ -501,7 +500,7 @@ func TestS3OutageLosesNothing(t *testing.T) {
 // discoveringIndex is a JSONL index that also reports files "named in
 // stored answers" (the ClickHouse index's files.Discoverer).
 type discoveringIndex struct {
-	*parquet.JSONLIndex
+	*parquet.FileIndex
 	refs []files.FileRef
 }
 
@@ -518,10 +517,10 @@ func (d *discoveringIndex) Undiscovered(ctx context.Context, typeMatch []string,
 func TestDiscoveredFilesAreCopied(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	jx, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	jx, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer jx.Close()
 	resp := responseWithFiles(fs, 8, guid(0xd15c0000, 1), 5, 700)
-	ix := &discoveringIndex{JSONLIndex: jx, refs: files.FindFiles(resp, nil)}
+	ix := &discoveringIndex{FileIndex: jx, refs: files.FindFiles(resp, nil)}
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	runCopier(t, c)
 	waitFor(t, 10*time.Second, "discovered files stored", func() bool {
@@ -549,7 +548,7 @@ func TestMetricsLint(t *testing.T) {
 func TestDrainedIgnoresWaitingRetries(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	opts := testOptions(t)
 	opts.RetryInitial = time.Hour
@@ -604,32 +603,34 @@ func TestVerifyExisting(t *testing.T) {
 	}
 }
 
-// failingReader yields n bytes, then an error.
-type failingReader struct{ n int }
+// failingReaderAt yields n bytes, then an error.
+type failingReaderAt struct{ n int64 }
 
-func (r *failingReader) Read(p []byte) (int, error) {
-	if r.n <= 0 {
+func (r failingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.n {
 		return 0, errBoom
 	}
-	k := min(len(p), r.n)
+	k := min(int64(len(p)), r.n-off)
 	clear(p[:k])
-	r.n -= k
-	return k, nil
+	if k < int64(len(p)) {
+		return int(k), errBoom
+	}
+	return int(k), nil
 }
 
-// A write through gocloud's writer that fails midway is aborted (context
-// cancelled before Close): nothing under the key, no temporary file left.
-// On S3 the body is bigger than a part, so a multipart upload was under way.
+// A write that fails midway is aborted: nothing under the key, no
+// temporary file left. On S3 the body is bigger than the single-PUT limit
+// (lowered for the test), so a multipart upload was under way.
 func TestWriterAbortLeavesNothing(t *testing.T) {
 	check := func(t *testing.T, st *Store) {
-		c := NewCopier(st, nil, nil, testOptions(t))
 		r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000006")
-		err := c.put(context.Background(), r.Key(), &failingReader{n: 12 << 20}, Stored{FileRef: r, Size: 20 << 20, SHA256: strings.Repeat("0", 64), ContentType: "application/pdf"})
+		err := st.put(context.Background(), r.Key(), failingReaderAt{n: 12 << 20}, 20<<20,
+			Attributes{ContentType: "application/pdf", Metadata: map[string]string{MetaSHA256: strings.Repeat("0", 64)}}, parts{size: 5 << 20, concurrency: 2})
 		if err == nil {
 			t.Fatal("put of a failing body succeeded")
 		}
-		if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
-			t.Fatalf("attributes after an aborted write: %v, want NotFound", err)
+		if _, err := st.Attributes(context.Background(), r.Key()); !errors.Is(err, ErrNotExist) {
+			t.Fatalf("attributes after an aborted write: %v, want ErrNotExist", err)
 		}
 	}
 	t.Run("file", func(t *testing.T) {
@@ -648,26 +649,36 @@ func TestWriterAbortLeavesNothing(t *testing.T) {
 	})
 	t.Run("s3", func(t *testing.T) {
 		v := blobtest.Start(t)
-		check(t, s3Store(t, v, "abort"))
+		st := s3Store(t, v, "abort")
+		st.b.(*s3Backend).singlePut = 5 << 20
+		check(t, st)
+		out, err := st.b.(*s3Backend).client.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: aws.String("abort")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Uploads) != 0 {
+			t.Errorf("%d multipart uploads left after an aborted write", len(out.Uploads))
+		}
 	})
 }
 
-// cancellingReader cancels the upload's context once after bytes have
+// cancellingReaderAt cancels the upload's context once after bytes have
 // been read.
-type cancellingReader struct {
+type cancellingReaderAt struct {
 	*bytes.Reader
 	after  int64
-	read   int64
+	read   atomic.Int64
 	cancel func()
+	once   sync.Once
 }
 
-func (r *cancellingReader) Read(p []byte) (int, error) {
-	n, err := r.Reader.Read(p)
-	r.read += int64(n)
-	if r.read >= r.after && r.cancel != nil {
-		r.cancel()
-		r.cancel = nil
-		time.Sleep(20 * time.Millisecond)
+func (r *cancellingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.Reader.ReadAt(p, off)
+	if r.read.Add(int64(n)) >= r.after {
+		r.once.Do(func() {
+			r.cancel()
+			time.Sleep(20 * time.Millisecond)
+		})
 	}
 	return n, err
 }
@@ -676,17 +687,16 @@ func (r *cancellingReader) Read(p []byte) (int, error) {
 func TestS3PutCancelledLeavesNothing(t *testing.T) {
 	v := blobtest.Start(t)
 	st := s3Store(t, v, "cancel")
-	c := NewCopier(st, nil, nil, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000007")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	body := &cancellingReader{Reader: bytes.NewReader(make([]byte, 8<<20)), after: 2 << 20, cancel: cancel}
-	err := c.putS3(ctx, r.Key(), body, Stored{FileRef: r, Size: 8 << 20, SHA256: strings.Repeat("0", 64), ContentType: "application/pdf"})
+	body := &cancellingReaderAt{Reader: bytes.NewReader(make([]byte, 8<<20)), after: 2 << 20, cancel: cancel}
+	err := st.Put(ctx, r.Key(), body, 8<<20, Attributes{ContentType: "application/pdf", Metadata: map[string]string{MetaSHA256: strings.Repeat("0", 64)}})
 	if err == nil {
 		t.Fatal("cancelled PUT succeeded")
 	}
-	if _, err := st.Bucket().Attributes(context.Background(), r.Key()); gcerrors.Code(err) != gcerrors.NotFound {
-		t.Fatalf("attributes after a cancelled PUT: %v, want NotFound", err)
+	if _, err := st.Attributes(context.Background(), r.Key()); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("attributes after a cancelled PUT: %v, want ErrNotExist", err)
 	}
 }
 
@@ -695,7 +705,7 @@ func TestS3PutCancelledLeavesNothing(t *testing.T) {
 // the size cap's error is a permanent.Error too.
 func TestSharedPermanentErrorIsPermanent(t *testing.T) {
 	st, _ := fileStore(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	var calls atomic.Int64
 	dl := DownloadFunc(func(ctx context.Context, s int64, rid, fid survey.GUID) (*Download, error) {

@@ -17,6 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultDatabase is Options.Database's default, also config's
+// (clickhouse.database).
+const DefaultDatabase = "surveysync"
+
 // DefaultDialTimeout is Options.DialTimeout's default, also config's
 // clickhouse.dial_timeout.
 const DefaultDialTimeout = 10 * time.Second
@@ -62,10 +66,6 @@ type Options struct {
 	Secure bool
 	// DialTimeout bounds connecting (default 10s).
 	DialTimeout time.Duration
-	// MaxRetries is how many times Write retries a transiently failed insert
-	// with a fresh batch before it gives up (default 0: none, the caller
-	// owns retries — the pipeline retries writes with backoff).
-	MaxRetries int
 	// Wide chooses extras of the wide views (docs/schema.md, "Wide tables").
 	Wide WideOptions
 	// Logger receives operational messages (default: discarded).
@@ -106,27 +106,12 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // macros, e.g. /clickhouse/{cluster}/tables).
 var zkPathRE = regexp.MustCompile(`^/[A-Za-z0-9_./{}-]*$`)
 
-func (o *Options) setDefaults() error {
-	if len(o.Addr) == 0 {
-		return errors.New("clickhouse: options: addr: at least one host:port is required")
-	}
+func (o *Options) setDefaults() {
 	if o.Database == "" {
-		o.Database = "surveysync"
-	}
-	if !identRE.MatchString(o.Database) {
-		return fmt.Errorf("clickhouse: options: database %q: must match %s", o.Database, identRE)
-	}
-	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
-		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
-	}
-	if err := o.Wide.check(); err != nil {
-		return err
+		o.Database = DefaultDatabase
 	}
 	if o.ZooKeeperPrefix == "" {
 		o.ZooKeeperPrefix = DefaultZooKeeperPrefix
-	}
-	if !zkPathRE.MatchString(o.ZooKeeperPrefix) {
-		return fmt.Errorf("clickhouse: options: zookeeper_prefix %q: must be an absolute path matching %s", o.ZooKeeperPrefix, zkPathRE)
 	}
 	if o.DDLTimeout <= 0 {
 		o.DDLTimeout = DefaultDDLTimeout
@@ -134,16 +119,29 @@ func (o *Options) setDefaults() error {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
-	if o.MaxRetries < 0 {
-		o.MaxRetries = 0
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
 	}
-	return nil
+}
+
+// validate checks the options after setDefaults.
+func (o *Options) validate() error {
+	if len(o.Addr) == 0 {
+		return errors.New("clickhouse: options: addr: at least one host:port is required")
+	}
+	if !identRE.MatchString(o.Database) {
+		return fmt.Errorf("clickhouse: options: database %q: must match %s", o.Database, identRE)
+	}
+	if o.Cluster != "" && !identRE.MatchString(o.Cluster) {
+		return fmt.Errorf("clickhouse: options: cluster %q: must match %s", o.Cluster, identRE)
+	}
+	if !zkPathRE.MatchString(o.ZooKeeperPrefix) {
+		return fmt.Errorf("clickhouse: options: zookeeper_prefix %q: must be an absolute path matching %s", o.ZooKeeperPrefix, zkPathRE)
+	}
+	return o.Wide.check()
 }
 
 // Sink is the ClickHouse warehouse: pipeline.Sink (Write), pipeline.StateStore
@@ -168,7 +166,8 @@ type Sink struct {
 // version and applies the embedded migrations that are not yet recorded in
 // schema_migrations.
 func Open(ctx context.Context, o Options) (*Sink, error) {
-	if err := o.setDefaults(); err != nil {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	chOpts := &ch.Options{

@@ -71,16 +71,18 @@ func TestOptionsValidation(t *testing.T) {
 		{Options{Addr: []string{"x:9000"}, Cluster: "a;DROP"}, "cluster"},
 	}
 	for _, c := range cases {
-		err := c.o.setDefaults()
+		c.o.setDefaults()
+		err := c.o.validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err = %v, want mention of %s", c.o, err, c.want)
 		}
 	}
 	o := Options{Addr: []string{"x:9000"}}
-	if err := o.setDefaults(); err != nil {
+	o.setDefaults()
+	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o.Database != "surveysync" || o.MaxRetries != 0 || o.DialTimeout != 10*time.Second || o.Logger == nil || o.Registerer == nil {
+	if o.Database != "surveysync" || o.DialTimeout != 10*time.Second || o.Logger == nil || o.Registerer == nil {
 		t.Errorf("defaults: %+v", o)
 	}
 }
@@ -88,7 +90,7 @@ func TestOptionsValidation(t *testing.T) {
 func TestPasswordNeverLogged(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o := Options{Addr: []string{"127.0.0.1:1"}, Password: "s3cret-pw", Logger: log, DialTimeout: 200 * time.Millisecond, MaxRetries: -1}
+	o := Options{Addr: []string{"127.0.0.1:1"}, Password: "s3cret-pw", Logger: log, DialTimeout: 200 * time.Millisecond}
 	log.Info("options", "options", o)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -125,7 +127,7 @@ func TestFailoverWhenNodeDies(t *testing.T) {
 		return rs
 	}
 	open := func(t *testing.T, quorum int) *Sink {
-		s, err := Open(ctxT(t), Options{Addr: c.Addrs, Database: randomDB(), Cluster: c.Name, MaxRetries: 5,
+		s, err := Open(ctxT(t), Options{Addr: c.Addrs, Database: randomDB(), Cluster: c.Name,
 			InsertQuorum: quorum, Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
@@ -150,14 +152,14 @@ func TestFailoverWhenNodeDies(t *testing.T) {
 	}
 
 	// Acknowledged by one replica (the default): the pooled connections to
-	// node 1 fail, the retry dials node 2 and the write succeeds. Rows that
+	// node 1 fail, the write again (the pipeline's retry) dials node 2 and the write succeeds. Rows that
 	// node 1 took just before it died and node 2 had not fetched yet are out
 	// of reach until node 1 is back, then all are there.
 	t.Run("quorum 1", func(t *testing.T) {
 		s := open(t, 0)
 		writeBatch(t, s, batch(0, 100))
 		c.Kill(t, 1)
-		writeBatch(t, s, batch(100, 100))
+		writeRetrying(t, s, batch(100, 100), 6) // as the pipeline would
 		if err := s.Ping(ctxT(t)); err != nil {
 			t.Fatalf("Ping after the failover: %v", err)
 		}
@@ -176,7 +178,7 @@ func TestFailoverWhenNodeDies(t *testing.T) {
 		}
 		want(t, s, 100)
 		c.Start(t, 1)
-		writeBatch(t, s, batch(100, 100))
+		writeRetrying(t, s, batch(100, 100), 6)
 		want(t, s, 200)
 	})
 }

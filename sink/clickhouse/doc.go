@@ -42,9 +42,8 @@
 // two, the new answers are invisible (no responses row has their version)
 // and the previous version stays complete; the pipeline's retry writes both
 // again, and the duplicate answers collapse. The pipeline owns write
-// retries; the sink reports data errors as permanent.Error so that they are
-// not retried (Options.MaxRetries, off by default, adds the sink's own
-// retries for standalone use).
+// retries (the sink makes one attempt per insert); the sink reports data
+// errors as permanent.Error so that they are not retried.
 // Correctness never depends on insert_deduplication_token or
 // non_replicated_deduplication_window (18.16 has neither).
 //

@@ -117,7 +117,7 @@ func (x *FileIndex) query(ctx context.Context, what, q string, args ...any) ([]f
 // recording them. At most limit answer rows are read per call.
 func (x *FileIndex) Undiscovered(ctx context.Context, typeMatch []string, limit int) ([]files.FileRef, error) {
 	if len(typeMatch) == 0 {
-		typeMatch = files.DefaultTypeMatch
+		typeMatch = files.DefaultTypeMatch()
 	}
 	if limit <= 0 {
 		limit = 10_000

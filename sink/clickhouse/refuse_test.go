@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,25 +20,44 @@ import (
 	"github.com/surveysync/surveysync/survey"
 )
 
-func TestRefusedClassification(t *testing.T) {
+// How the pipeline sees each failed insert: a permanent error is not
+// retried (its responses are isolated and rejected; its WriteError is
+// marked refused too), a refusal is retried slowly until an operator fixes
+// the table, and anything else (the server's transient exceptions, network
+// errors, timeouts) is transient and retried at the ordinary pace. The
+// sink itself makes one attempt.
+func TestWriteErrorClassification(t *testing.T) {
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	for _, c := range []struct {
-		err              error
-		refused, retries bool
+		err                error
+		refused, permanent bool
 	}{
 		{&ch.Exception{Code: 43, Message: "Unexpected type UUID of argument of function cityHash64"}, true, false},
 		{&ch.Exception{Code: 60}, true, false},
 		{&ch.Exception{Code: 16}, true, false},
 		{&ch.Exception{Code: 164}, true, false},
 		{&ch.Exception{Code: 497}, true, false},
-		{&ch.Exception{Code: 252}, false, true},
-		{&ch.Exception{Code: 242}, false, true},
-		{&ch.Exception{Code: 209}, false, true},
-		{errors.New("read: connection reset by peer"), false, true},
-		{permanent.New("bad_value", errors.New("converting []int64 to String is unsupported")), false, false},
+		{&ch.Exception{Code: 252}, false, false},
+		{&ch.Exception{Code: 242}, false, false},
+		{&ch.Exception{Code: 209}, false, false},
+		{errors.New("read: connection reset by peer"), false, false},
+		{reset, false, false},
+		{context.DeadlineExceeded, false, false},
+		{permanent.New("bad_value", errors.New("converting []int64 to String is unsupported")), false, true},
+		{permanent.New("insert_rejected", &ch.Exception{Code: 53}), true, true},
 	} {
-		err := fmt.Errorf("clickhouse: insert 3 rows into db.answers (attempt 1): send: %w", c.err)
-		if refused(err) != c.refused || retryable(err) != c.retries {
-			t.Errorf("%v: refused %v retryable %v, want %v %v", c.err, refused(err), retryable(err), c.refused, c.retries)
+		err := fmt.Errorf("clickhouse: insert 3 rows into db.answers: send: %w", c.err)
+		if refused(err) != c.refused {
+			t.Errorf("%v: refused(err) = %v", c.err, refused(err))
+		}
+		s := &Sink{opts: Options{Database: "db"}}
+		werr := s.writeError("answers", err)
+		var we *pipeline.WriteError
+		if !errors.As(werr, &we) {
+			t.Fatalf("%v: writeError = %T, want a *pipeline.WriteError", c.err, werr)
+		}
+		if we.Refused != (c.refused || c.permanent) || permanent.Is(werr) != c.permanent {
+			t.Errorf("%v: WriteError refused %v permanent %v, want %v %v", c.err, we.Refused, permanent.Is(werr), c.refused || c.permanent, c.permanent)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/internal/permanent"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
@@ -34,6 +35,28 @@ func writeBatch(t *testing.T, s *Sink, rs []testResponse) {
 	defer b.Release()
 	if err := s.Write(ctxT(t), b); err != nil {
 		t.Fatalf("Write: %v", err)
+	}
+}
+
+// writeRetrying writes rs as the pipeline does: a transient failure (not
+// permanent, not refused) is written again, at most attempts times in all.
+// It returns the failed attempts.
+func writeRetrying(t *testing.T, s *Sink, rs []testResponse, attempts int) int {
+	t.Helper()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	b := buildBatch(mem, rs)
+	defer b.Release()
+	for n := 1; ; n++ {
+		err := s.Write(ctxT(t), b)
+		if err == nil {
+			return n - 1
+		}
+		var we *pipeline.WriteError
+		if permanent.Is(err) || (errors.As(err, &we) && we.Refused) || n >= attempts {
+			t.Fatalf("Write (attempt %d): %v", n, err)
+		}
+		time.Sleep(backoff.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second}.Delay(n))
 	}
 }
 
@@ -371,7 +394,7 @@ func TestWriteRejectsBadData(t *testing.T) {
 	if err == nil {
 		t.Fatal("Write accepted a bad GUID")
 	}
-	if retryable(err) || time.Since(start) > 5*time.Second {
+	if time.Since(start) > 5*time.Second {
 		t.Errorf("bad data was retried: %v", err)
 	}
 	if !permanent.Is(err) || permanent.Reason(err) != "bad_value" {

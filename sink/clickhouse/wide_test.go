@@ -97,7 +97,6 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 		defer b.Release()
 		for _, r := range rs {
 			version++
-			r := r
 			if err := b.Add(flatten.Item{Response: &r, SurveyID: 4574, ResponseID: r.ResponseID, Version: version, SyncedAt: now}); err != nil {
 				t.Fatal(err)
 			}
@@ -629,7 +628,7 @@ func compareParquet(t *testing.T, s *Sink, want map[string]map[string]string) {
 	defer tr.Release()
 	bad := 0
 	for tr.Next() {
-		rec := tr.Record()
+		rec := tr.RecordBatch()
 		for i := 0; i < int(rec.NumRows()); i++ {
 			row := map[string]string{}
 			for c, f := range rec.Schema().Fields() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -29,10 +28,9 @@ var uuidColumns = map[string]bool{"response_id": true}
 // are already there. Writing responses first would show, in that window, a
 // new version with no answers at all.
 //
-// Retries belong to the caller: the pipeline retries a failed Write with
-// backoff. Only with Options.MaxRetries > 0 (off by default) does the sink
-// retry a transient insert failure itself, with a fresh batch. An error
-// that retrying cannot fix (a value the column cannot take, a server
+// Write makes one attempt: retries belong to the caller (the pipeline
+// retries a failed Write with internal/backoff). An error that retrying
+// cannot fix (a value the column cannot take, a server
 // exception about the data) is a permanent.Error: the pipeline does not
 // retry it but isolates the responses that cause it. A retried or repeated
 // write leaves the views unchanged: rows of the same _version are identical
@@ -56,41 +54,27 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 	return nil
 }
 
-// insertRecord inserts rec into table, retrying transient failures.
-func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.Record, want *arrow.Schema) error {
+// insertRecord inserts rec into table once: retries belong to the caller
+// (the pipeline), which asks again after a transient failure.
+func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.RecordBatch, want *arrow.Schema) error {
 	if !rec.Schema().Equal(want) {
 		return fmt.Errorf("clickhouse: insert into %s: record schema does not match flatten's: %s", s.table(table), rec.Schema())
 	}
-	query := insertSQL(s.table(table), rec.Schema())
 	rows := rec.NumRows()
-	backoff := 200 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		start := time.Now()
-		err := s.insertOnce(ctx, query, rec)
-		s.metrics.insertDuration.WithLabelValues(table).Observe(time.Since(start).Seconds())
-		if err == nil {
-			s.metrics.rowsWritten.WithLabelValues(table).Add(float64(rows))
-			s.metrics.batchRows.WithLabelValues(table).Observe(float64(rows))
-			return nil
-		}
+	start := time.Now()
+	err := s.insertOnce(ctx, insertSQL(s.table(table), rec.Schema()), rec)
+	s.metrics.insertDuration.WithLabelValues(table).Observe(time.Since(start).Seconds())
+	if err != nil {
 		s.metrics.insertErrors.WithLabelValues(table, errorCode(err)).Inc()
-		err = fmt.Errorf("clickhouse: insert %d rows into %s (attempt %d): %w", rows, s.table(table), attempt+1, err)
-		if attempt >= s.opts.MaxRetries || !retryable(err) || ctx.Err() != nil {
-			return s.writeError(table, err)
-		}
-		wait := backoff/2 + rand.N(backoff)
-		s.log.Warn("insert failed, retrying", "table", table, "rows", rows, "attempt", attempt+1, "wait", wait, "error", err)
-		select {
-		case <-ctx.Done():
-			return s.writeError(table, errors.Join(err, ctx.Err()))
-		case <-time.After(wait):
-		}
-		backoff = min(backoff*2, 10*time.Second)
+		return s.writeError(table, fmt.Errorf("clickhouse: insert %d rows into %s: %w", rows, s.table(table), err))
 	}
+	s.metrics.rowsWritten.WithLabelValues(table).Add(float64(rows))
+	s.metrics.batchRows.WithLabelValues(table).Observe(float64(rows))
+	return nil
 }
 
 // insertOnce prepares a fresh batch, appends rec column-wise and sends it.
-func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.Record) error {
+func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.RecordBatch) error {
 	batch, err := s.conn.PrepareBatch(s.insertCtx(ctx), query)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
@@ -151,20 +135,6 @@ func (s *Sink) insertCtx(ctx context.Context) context.Context {
 		return ctx
 	}
 	return ch.Context(ctx, ch.WithSettings(set))
-}
-
-// retryable reports whether an insert error may go away on retry: network
-// errors and the server's transient conditions do; conversion errors and
-// the exceptions by which the server refuses the insert (refused: schema,
-// types, grants) do not.
-func retryable(err error) bool {
-	if permanent.Is(err) {
-		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	return !refused(err)
 }
 
 // refused reports whether err is a server exception by which ClickHouse

@@ -11,7 +11,7 @@
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
 //	<dir>/rejects/rejects-<time>-<hash>.jsonl (responses given up on, see WriteRejects)
-//	<dir>/uploaded_files.jsonl, <dir>/_feeds/<feed>.{contacts,sends}.jsonl
+//	<dir>/uploaded_files.db, <dir>/_feeds/ledger.db (bbolt; FileIndex, FileLedger)
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
 // date_completed, else of date_created (partial responses); a deleted
@@ -143,7 +143,6 @@ const stateDirName = "_state"
 var sinkDirs = []string{flatten.TableResponses, flatten.TableAnswers, stateDirName, rejectsDirName}
 
 var codecs = map[string]compress.Compression{
-	"":             compress.Codecs.Zstd,
 	"zstd":         compress.Codecs.Zstd,
 	"snappy":       compress.Codecs.Snappy,
 	"gzip":         compress.Codecs.Gzip,
@@ -151,9 +150,25 @@ var codecs = map[string]compress.Compression{
 	"uncompressed": compress.Codecs.Uncompressed,
 }
 
+// DefaultCompression is Options.Compression's default.
+const DefaultCompression = "zstd"
+
+func (o *Options) setDefaults() {
+	if o.Compression == "" {
+		o.Compression = DefaultCompression
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Allocator == nil {
+		o.Allocator = memory.DefaultAllocator
+	}
+}
+
 // Open creates the folders if needed, removes temporary files a crashed
 // write left behind, and returns the sink.
 func Open(o Options) (*Sink, error) {
+	o.setDefaults()
 	if o.Dir == "" {
 		return nil, errors.New("parquet sink: dir is required")
 	}
@@ -162,12 +177,6 @@ func Open(o Options) (*Sink, error) {
 		return nil, fmt.Errorf("parquet sink: compression %q: want zstd, snappy, gzip or none", o.Compression)
 	}
 	s := &Sink{dir: o.Dir, codec: codec, log: o.Logger, mem: o.Allocator}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.mem == nil {
-		s.mem = memory.DefaultAllocator
-	}
 	for _, d := range sinkDirs {
 		if err := atomicfile.MkdirAll(filepath.Join(o.Dir, d)); err != nil {
 			return nil, fmt.Errorf("parquet sink: %w", err)
@@ -253,7 +262,7 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 	return s.writeTable(ctx, flatten.TableResponses, b.Token, b.Responses, resp)
 }
 
-func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.Record, p partitioning) error {
+func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.RecordBatch, p partitioning) error {
 	if rec == nil || rec.NumRows() == 0 {
 		return nil
 	}
@@ -279,7 +288,7 @@ func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.Re
 
 // writeFile writes rec to path durably (atomicfile): a reader never sees
 // a partial file, and on error no temporary file is left behind.
-func (s *Sink) writeFile(dir, path string, rec arrow.Record) error {
+func (s *Sink) writeFile(dir, path string, rec arrow.RecordBatch) error {
 	if err := atomicfile.MkdirAll(dir); err != nil {
 		return err
 	}
@@ -354,7 +363,7 @@ func (p *partitioning) add(k partKey, index map[partKey]int32) int32 {
 	return i
 }
 
-func column[T arrow.Array](rec arrow.Record, name string) (T, error) {
+func column[T arrow.Array](rec arrow.RecordBatch, name string) (T, error) {
 	var zero T
 	idx := rec.Schema().FieldIndices(name)
 	if len(idx) != 1 {
@@ -369,7 +378,7 @@ func column[T arrow.Array](rec arrow.Record, name string) (T, error) {
 
 // partitionResponses partitions responses rows by survey and by the day of
 // date_completed, else date_created; deleted rows by the day of synced_at.
-func partitionResponses(rec arrow.Record) (partitioning, error) {
+func partitionResponses(rec arrow.RecordBatch) (partitioning, error) {
 	var p partitioning
 	if rec == nil || rec.NumRows() == 0 {
 		return p, nil
@@ -414,7 +423,7 @@ func partitionResponses(rec arrow.Record) (partitioning, error) {
 // partitionAnswers puts each answers row in the partition of its response's
 // row (same response_id and _version) in the batch; a row without one (not
 // expected) goes by its own date_completed, else to 1970-01-01.
-func partitionAnswers(rec, responses arrow.Record, rp partitioning) (partitioning, error) {
+func partitionAnswers(rec, responses arrow.RecordBatch, rp partitioning) (partitioning, error) {
 	var p partitioning
 	if rec == nil || rec.NumRows() == 0 {
 		return p, nil
@@ -471,7 +480,7 @@ func partitionAnswers(rec, responses arrow.Record, rp partitioning) (partitionin
 // record returns the rows of partition i of rec, in their order, as a new
 // record the caller releases: a zero-copy slice when they are contiguous,
 // else the concatenation of their runs.
-func (p *partitioning) record(i int, rec arrow.Record, mem memory.Allocator) (arrow.Record, error) {
+func (p *partitioning) record(i int, rec arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
 	if p.runs == nil {
 		// Runs of consecutive rows of each partition, in one pass.
 		p.runs = make([][][2]int64, len(p.keys))
@@ -513,5 +522,5 @@ func (p *partitioning) record(i int, rec arrow.Record, mem memory.Allocator) (ar
 		}
 		cols[c] = col
 	}
-	return array.NewRecord(rec.Schema(), cols, n), nil
+	return array.NewRecordBatch(rec.Schema(), cols, n), nil
 }

@@ -83,7 +83,7 @@ func ExportTable(ctx context.Context, dir, table string, surveyID int64, o WideO
 		}
 		// The current versions this file holds.
 		picks := map[string]uint64{}
-		err := readColumns(ctx, mem, path, nil, func(rec arrow.Record) error {
+		err := readColumns(ctx, mem, path, nil, func(rec arrow.RecordBatch) error {
 			ids, ok1 := recColumn(rec, "response_id").(*array.String)
 			versions, ok2 := recColumn(rec, "_version").(*array.Uint64)
 			synced, ok3 := recColumn(rec, "synced_at").(*array.Timestamp)
@@ -128,7 +128,7 @@ func ExportTable(ctx context.Context, dir, table string, surveyID int64, o WideO
 		if _, err := os.Stat(ansPath); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		err = readColumns(ctx, mem, ansPath, nil, func(rec arrow.Record) error {
+		err = readColumns(ctx, mem, ansPath, nil, func(rec arrow.RecordBatch) error {
 			ids, ok1 := recColumn(rec, "response_id").(*array.String)
 			versions, ok2 := recColumn(rec, "_version").(*array.Uint64)
 			if !ok1 || !ok2 {
@@ -157,7 +157,7 @@ func ExportTable(ctx context.Context, dir, table string, surveyID int64, o WideO
 	return n, nil
 }
 
-func recColumn(rec arrow.Record, name string) arrow.Array {
+func recColumn(rec arrow.RecordBatch, name string) arrow.Array {
 	idx := rec.Schema().FieldIndices(name)
 	if len(idx) != 1 {
 		return nil
@@ -166,7 +166,7 @@ func recColumn(rec arrow.Record, name string) arrow.Array {
 }
 
 // tableRow is row j of rec as the values of fields (response_id as id).
-func tableRow(rec arrow.Record, fields []wide.Field, j int, id string) []any {
+func tableRow(rec arrow.RecordBatch, fields []wide.Field, j int, id string) []any {
 	row := make([]any, len(fields))
 	for k, f := range fields {
 		a := recColumn(rec, f.Name)

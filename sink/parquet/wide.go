@@ -111,7 +111,7 @@ type current struct {
 func currentIndex(ctx context.Context, mem memory.Allocator, paths []string) (map[uuid.UUID]current, error) {
 	index := map[uuid.UUID]current{}
 	for i, path := range paths {
-		err := readColumns(ctx, mem, path, []string{"response_id", "_version", "is_deleted"}, func(rec arrow.Record) error {
+		err := readColumns(ctx, mem, path, []string{"response_id", "_version", "is_deleted"}, func(rec arrow.RecordBatch) error {
 			ids, ok1 := rec.Column(0).(*array.String)
 			versions, ok2 := rec.Column(1).(*array.Uint64)
 			deleted, ok3 := rec.Column(2).(*array.Uint8)
@@ -177,7 +177,7 @@ func WideColumns(ctx context.Context, dir string, surveyID int64, choiceIDs bool
 	}
 	mem := memory.NewGoAllocator()
 	for _, path := range paths {
-		err := readColumns(ctx, mem, path, wideAnswerColumns, func(rec arrow.Record) error {
+		err := readColumns(ctx, mem, path, wideAnswerColumns, func(rec arrow.RecordBatch) error {
 			q, ok1 := rec.Column(0).(*array.Int64)
 			row, ok2 := rec.Column(1).(*array.Int64)
 			other, ok3 := rec.Column(2).(*array.Int64)
@@ -273,7 +273,7 @@ func exportFile(ctx context.Context, mem memory.Allocator, respPath, ansPath str
 	var picks []*pick
 	byID := map[string]*pick{}
 	since := o.Since.UTC().Truncate(time.Second)
-	err := readColumns(ctx, mem, respPath, nil, func(rec arrow.Record) error {
+	err := readColumns(ctx, mem, respPath, nil, func(rec arrow.RecordBatch) error {
 		col := func(name string) arrow.Array {
 			idx := rec.Schema().FieldIndices(name)
 			if len(idx) != 1 {
@@ -318,7 +318,7 @@ func exportFile(ctx context.Context, mem memory.Allocator, respPath, ansPath str
 	}
 	cells := map[*pick][]wide.Cell{}
 	if _, err := os.Stat(ansPath); err == nil {
-		err := readColumns(ctx, mem, ansPath, wideCellColumns, func(rec arrow.Record) error {
+		err := readColumns(ctx, mem, ansPath, wideCellColumns, func(rec arrow.RecordBatch) error {
 			ids, ok1 := rec.Column(0).(*array.String)
 			ver, ok2 := rec.Column(1).(*array.Uint64)
 			q, ok3 := rec.Column(2).(*array.Int64)
@@ -421,7 +421,7 @@ func cellValue(a arrow.Array, i int) any {
 
 // readColumns calls fn with each record of the named columns of a Parquet
 // file (every column when names is nil).
-func readColumns(ctx context.Context, mem memory.Allocator, path string, names []string, fn func(arrow.Record) error) error {
+func readColumns(ctx context.Context, mem memory.Allocator, path string, names []string, fn func(arrow.RecordBatch) error) error {
 	pf, err := file.OpenParquetFile(path, false)
 	if err != nil {
 		return err
@@ -451,11 +451,11 @@ func readColumns(ctx context.Context, mem memory.Allocator, path string, names [
 	}
 	defer rr.Release()
 	for rr.Next() {
-		if err := fn(rr.Record()); err != nil {
+		if err := fn(rr.RecordBatch()); err != nil {
 			return err
 		}
 	}
-	if err := rr.Err(); err != nil && err != io.EOF {
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	return nil

@@ -59,7 +59,6 @@ func TestExportWideMatchesEmulator(t *testing.T) {
 		defer b.Release()
 		for _, r := range rs {
 			version++
-			r := r
 			if err := b.Add(flatten.Item{Response: &r, SurveyID: 4574, ResponseID: r.ResponseID, Version: version, SyncedAt: at}); err != nil {
 				t.Fatal(err)
 			}
@@ -342,7 +341,7 @@ func exportRows(t *testing.T, dir, format string, o WideOptions, bom bool) (map[
 	tr := array.NewTableReader(tbl, 0)
 	defer tr.Release()
 	for tr.Next() {
-		rec := tr.Record()
+		rec := tr.RecordBatch()
 		for i := 0; i < int(rec.NumRows()); i++ {
 			row := map[string]string{}
 			for j, f := range rec.Schema().Fields() {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/record"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Warehouse is everything one backend stores: the response tables (Sink),

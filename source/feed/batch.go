@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/survey"
 )
 
@@ -542,6 +543,10 @@ func firstSystemic(entries []ContactEntry, systemic []bool) string {
 // must not turn contacts the service created into uncertain rows.
 const recordTimeout = 30 * time.Second
 
+// settleAttempts is how many times settle tries to record a chunk's
+// outcomes, waiting internal/backoff's schedule from 500 ms between them.
+const settleAttempts = 5
+
 // detached returns a context that is not cancelled with ctx (it keeps its
 // values) and ends after recordTimeout.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -555,18 +560,19 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 func (b *batchRun) settle(ctx context.Context, entries []ContactEntry) error {
 	rctx, cancel := detached(ctx)
 	defer cancel()
+	retry := backoff.Policy{Initial: 500 * time.Millisecond, Max: 4 * time.Second}
 	var err error
-	for attempt, wait := 0, 500*time.Millisecond; attempt < 5; attempt, wait = attempt+1, wait*2 {
+	for attempt := 1; attempt <= settleAttempts; attempt++ {
 		if err = b.f.ledger.RecordContacts(rctx, entries); err == nil {
 			return nil
 		}
-		b.f.log.Warn("feed: recording outcomes failed, retrying", "feed", b.f.opts.Name, "attempt", attempt+1, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-rctx.Done():
-			t.Stop()
-			return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)
-		case <-t.C:
+		if attempt == settleAttempts {
+			break
+		}
+		wait := retry.Delay(attempt)
+		b.f.log.Warn("feed: recording outcomes failed, retrying", "feed", b.f.opts.Name, "attempt", attempt, "retry_in", wait, "err", err)
+		if backoff.Sleep(rctx, wait) != nil {
+			break
 		}
 	}
 	return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)

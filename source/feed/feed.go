@@ -36,8 +36,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/record"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Feed types.
@@ -180,7 +180,7 @@ const (
 )
 
 // Defaults of the options that config also defaults (a zero option and an
-// unset key mean the same; cmd/surveysync's defaults test checks they agree).
+// unset key mean the same: config refers to these).
 const (
 	DefaultConcurrency    = 8
 	DefaultCSVDirInterval = 5 * time.Second

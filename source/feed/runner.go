@@ -95,11 +95,7 @@ type Runner struct {
 	log   *slog.Logger
 }
 
-// NewRunner validates the feeds and builds a Runner. It does no I/O.
-func NewRunner(o RunnerOptions) (*Runner, error) {
-	if o.Ledger == nil {
-		return nil, errors.New("feed: a ledger is required")
-	}
+func (o *RunnerOptions) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -110,6 +106,14 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 		o.ShutdownGrace = 30 * time.Second
 	}
 	o.HTTPServer.setDefaults()
+}
+
+// NewRunner validates the feeds and builds a Runner. It does no I/O.
+func NewRunner(o RunnerOptions) (*Runner, error) {
+	if o.Ledger == nil {
+		return nil, errors.New("feed: a ledger is required")
+	}
+	o.setDefaults()
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("feed: metrics: %w", err)

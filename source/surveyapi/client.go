@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/internal/permanent"
 )
 
@@ -99,8 +99,7 @@ type Client struct {
 	gate       *gate
 	timeout    time.Duration
 	maxRetries int
-	retryInit  time.Duration
-	retryMax   time.Duration
+	retry      backoff.Policy
 	pingSurvey int64
 	budget     *budget // bytes of JSON bodies held by requests in flight
 }
@@ -136,34 +135,7 @@ func New(o Options) (*Client, error) {
 	if o.MaxBody < 0 || o.BodyBudget < 0 {
 		return nil, fmt.Errorf("surveyapi: max body %d, body budget %d: must be >= 0", o.MaxBody, o.BodyBudget)
 	}
-	if o.MaxBody == 0 {
-		o.MaxBody = DefaultMaxBody
-	}
-	if o.BodyBudget == 0 {
-		o.BodyBudget = DefaultBodyBudget
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.Timeout, DefaultTimeout)
-	def(&o.RetryInitial, DefaultRetryInitial)
-	def(&o.RetryMax, DefaultRetryMax)
-	def(&o.QuotaPause, DefaultQuotaPause)
-	def(&o.AuthProbeInterval, DefaultAuthProbeInterval)
-	if o.RetryMax < o.RetryInitial {
-		o.RetryMax = o.RetryInitial
-	}
-	if o.MaxConcurrency == 0 {
-		o.MaxConcurrency = DefaultMaxConcurrency
-	}
-	switch {
-	case o.MaxRetries == 0:
-		o.MaxRetries = DefaultMaxRetries
-	case o.MaxRetries < 0:
-		o.MaxRetries = 0
-	}
+	o.setDefaults()
 	bg, err := newBudget(o.BodyBudget, o.MaxBody, o.MaxConcurrency)
 	if err != nil {
 		return nil, err
@@ -180,8 +152,7 @@ func New(o Options) (*Client, error) {
 		m:          m,
 		timeout:    o.Timeout,
 		maxRetries: o.MaxRetries,
-		retryInit:  o.RetryInitial,
-		retryMax:   o.RetryMax,
+		retry:      backoff.Policy{Initial: o.RetryInitial, Max: o.RetryMax},
 		pingSurvey: o.PingSurveyID,
 		budget:     bg,
 	}
@@ -223,6 +194,39 @@ func New(o Options) (*Client, error) {
 		m.authFailed.Set(b2f(mode == modeUnauthorized))
 	})
 	return c, nil
+}
+
+// setDefaults gives zero fields their Default* value (New has refused
+// negative sizes and counts; a negative MaxRetries means none).
+func (o *Options) setDefaults() {
+	if o.MaxBody == 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.BodyBudget == 0 {
+		o.BodyBudget = DefaultBodyBudget
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.Timeout, DefaultTimeout)
+	def(&o.RetryInitial, DefaultRetryInitial)
+	def(&o.RetryMax, DefaultRetryMax)
+	def(&o.QuotaPause, DefaultQuotaPause)
+	def(&o.AuthProbeInterval, DefaultAuthProbeInterval)
+	if o.RetryMax < o.RetryInitial {
+		o.RetryMax = o.RetryInitial
+	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = DefaultMaxConcurrency
+	}
+	switch {
+	case o.MaxRetries == 0:
+		o.MaxRetries = DefaultMaxRetries
+	case o.MaxRetries < 0:
+		o.MaxRetries = 0
+	}
 }
 
 // Close releases idle connections of the client's own transport (an
@@ -323,7 +327,7 @@ func (c *Client) do(ctx context.Context, rq *request, decode decodeFunc) (*http.
 			c.logFailure(ctx, rq, attempt, &res, 0)
 			return nil, res.err
 		}
-		wait := c.backoff(attempt, res.status == http.StatusTooManyRequests)
+		wait := c.retry.Delay(attempt + 1)
 		if res.hasRetry {
 			wait = min(res.retryAfter, MaxRetryAfter)
 		}
@@ -336,7 +340,7 @@ func (c *Client) do(ctx context.Context, rq *request, decode decodeFunc) (*http.
 		}
 		c.logFailure(ctx, rq, attempt, &res, wait)
 		c.m.retry(rq.op, res.outcome)
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("surveyapi: %s: %w while waiting to retry after: %w", rq.op, err, res.err)
 		}
 	}
@@ -679,21 +683,6 @@ func (c *Client) logFailure(ctx context.Context, rq *request, attempt int, res *
 	c.log.LogAttrs(ctx, level, "survey API call failed", attrs...)
 }
 
-// backoff returns the wait before retry attempt+1: full jitter over an
-// exponentially growing ceiling; for a 429 without Retry-After, equal
-// jitter (at least half the ceiling), so the process really slows down.
-func (c *Client) backoff(attempt int, rateLimited bool) time.Duration {
-	ceil := c.retryInit
-	for i := 0; i < attempt && ceil < c.retryMax; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, c.retryMax)
-	if rateLimited {
-		return ceil/2 + rand.N(ceil/2+1)
-	}
-	return rand.N(ceil + 1)
-}
-
 // parseRetryAfter reads delay-seconds or an HTTP date.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
@@ -713,20 +702,6 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return max(0, t.Sub(now)), true
 	}
 	return 0, false
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // redact removes the token from text that came from the service.

@@ -17,7 +17,7 @@
 //
 // Status policy (docs/api.md §7): 400/405 and other 4xx, 403, 404 are final
 // (*APIError; 404 matches survey.ErrNotFound); 429, 5xx, timeouts and
-// connection failures are retried with exponential backoff and full jitter,
+// connection failures are retried with internal/backoff (exponential, equal jitter),
 // at most Options.MaxRetries times, honouring Retry-After. Create contact
 // and send message are not idempotent: they are retried only when the
 // service answered (429, 5xx) or the request was never written (connection

@@ -8,13 +8,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // inFlightServer answers after delay and records the peak of concurrent
 // requests and every arrival time.
 type inFlightServer struct {
-	*server
+	*bubbleServer
 	cur, peak atomic.Int64
 	mu        sync.Mutex
 	arrivals  []time.Time
@@ -23,7 +24,7 @@ type inFlightServer struct {
 func newInFlightServer(t *testing.T, delay time.Duration) *inFlightServer {
 	s := &inFlightServer{}
 	body := responseJSON(testRID)
-	s.server = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	s.bubbleServer = newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
 		n := s.cur.Add(1)
 		for {
 			p := s.peak.Load()
@@ -60,48 +61,52 @@ func hammer(t *testing.T, c *Client, callers, calls int) time.Duration {
 }
 
 func TestLimiterConcurrencyCapUnder64Callers(t *testing.T) {
-	s := newInFlightServer(t, 10*time.Millisecond)
-	h := newClient(t, s.URL, func(o *Options) { o.MaxConcurrency = 8 })
-	hammer(t, h.c, 64, 5)
-	if p := s.peak.Load(); p != 8 {
-		t.Errorf("peak in flight at the server = %d, want exactly 8", p)
-	}
-	if st := h.c.Stats(); st.InFlight != 0 || st.Total != 320 || st.ConcurrencyLimit != 8 {
-		t.Errorf("stats = %+v", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newInFlightServer(t, 10*time.Millisecond)
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.MaxConcurrency = 8 }))
+		hammer(t, h.c, 64, 5)
+		if p := s.peak.Load(); p != 8 {
+			t.Errorf("peak in flight at the server = %d, want exactly 8", p)
+		}
+		if st := h.c.Stats(); st.InFlight != 0 || st.Total != 320 || st.ConcurrencyLimit != 8 {
+			t.Errorf("stats = %+v", st)
+		}
+	})
 }
 
 func TestLimiterRateUnder64Callers(t *testing.T) {
-	const rps, callers, calls = 400.0, 64, 6
-	s := newInFlightServer(t, 0)
-	h := newClient(t, s.URL, func(o *Options) { o.RateLimit = rps; o.MaxConcurrency = 64 })
-	el := hammer(t, h.c, callers, calls)
-	n := callers * calls
-	rate := float64(n-1) / el.Seconds()
-	t.Logf("%d calls in %v: %.0f req/s (limit %.0f), peak in flight %d", n, el, rate, rps, s.peak.Load())
-	if rate > rps*1.05 {
-		t.Errorf("rate %.0f req/s exceeds the limit %.0f", rate, rps)
-	}
-	// No 500 ms window holds more than its share. Arrivals can lag their
-	// token (scheduling on a loaded machine) but never lead it, so allow the
-	// tokens of 250 ms more.
-	s.mu.Lock()
-	a := append([]time.Time(nil), s.arrivals...)
-	s.mu.Unlock()
-	sort.Slice(a, func(i, j int) bool { return a[i].Before(a[j]) })
-	j, worst := 0, 0
-	for i := range a {
-		for a[i].Sub(a[j]) >= 500*time.Millisecond {
-			j++
+	synctest.Test(t, func(t *testing.T) {
+		const rps, callers, calls = 400.0, 64, 6
+		s := newInFlightServer(t, 0)
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.RateLimit = rps; o.MaxConcurrency = 64 }))
+		el := hammer(t, h.c, callers, calls)
+		n := callers * calls
+		rate := float64(n-1) / el.Seconds()
+		t.Logf("%d calls in %v: %.0f req/s (limit %.0f), peak in flight %d", n, el, rate, rps, s.peak.Load())
+		if rate > rps*1.05 {
+			t.Errorf("rate %.0f req/s exceeds the limit %.0f", rate, rps)
 		}
-		worst = max(worst, i-j+1)
-	}
-	if limit := int(rps*0.75) + 2; worst > limit {
-		t.Errorf("%d requests in one 500 ms window, limit allows %d", worst, int(rps/2))
-	}
-	if v := h.c.m.rateWait; v == nil {
-		t.Fatal("no rate wait metric")
-	}
+		// No 500 ms window holds more than its share. Arrivals can lag their
+		// token (scheduling on a loaded machine) but never lead it, so allow the
+		// tokens of 250 ms more.
+		s.mu.Lock()
+		a := append([]time.Time(nil), s.arrivals...)
+		s.mu.Unlock()
+		sort.Slice(a, func(i, j int) bool { return a[i].Before(a[j]) })
+		j, worst := 0, 0
+		for i := range a {
+			for a[i].Sub(a[j]) >= 500*time.Millisecond {
+				j++
+			}
+			worst = max(worst, i-j+1)
+		}
+		if limit := int(rps*0.75) + 2; worst > limit {
+			t.Errorf("%d requests in one 500 ms window, limit allows %d", worst, int(rps/2))
+		}
+		if v := h.c.m.rateWait; v == nil {
+			t.Fatal("no rate wait metric")
+		}
+	})
 }
 
 func TestAdaptiveLimitCancelledWaiterKeepsNoSlot(t *testing.T) {
@@ -158,48 +163,50 @@ func TestAdaptiveLimitAIMD(t *testing.T) {
 // A 429 slows everyone: the limit halves and no caller sends before the
 // Retry-After, whatever it was doing.
 func TestLimiter429SlowsAllCallers(t *testing.T) {
-	var first atomic.Bool
-	first.Store(true)
-	var mu sync.Mutex
-	var after []time.Time
-	var at429 time.Time
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if first.Swap(false) {
+	synctest.Test(t, func(t *testing.T) {
+		var first atomic.Bool
+		first.Store(true)
+		var mu sync.Mutex
+		var after []time.Time
+		var at429 time.Time
+		s := newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if first.Swap(false) {
+				mu.Lock()
+				at429 = time.Now()
+				mu.Unlock()
+				w.Header().Set("Retry-After", "1")
+				writeJSON(w, 429, errorBody("req-Too", 429, "slow down"))
+				return
+			}
 			mu.Lock()
-			at429 = time.Now()
+			after = append(after, time.Now())
 			mu.Unlock()
-			w.Header().Set("Retry-After", "1")
-			writeJSON(w, 429, errorBody("req-Too", 429, "slow down"))
-			return
+			time.Sleep(5 * time.Millisecond)
+			w.Write(responseJSON(testRID))
+		})
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.MaxConcurrency = 16 }))
+		// One call meets the 429 first; 63 callers pile in while it waits.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := h.c.GetResponse(context.Background(), 4574, testRID); err != nil {
+				t.Error(err)
+			}
+		})
+		for first.Load() {
+			time.Sleep(time.Millisecond)
 		}
+		time.Sleep(10 * time.Millisecond)
+		if l := h.c.Stats().ConcurrencyLimit; l != 8 {
+			t.Errorf("limit after a 429 = %d, want 8", l)
+		}
+		hammer(t, h.c, 63, 2)
+		wg.Wait()
 		mu.Lock()
-		after = append(after, time.Now())
-		mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-		w.Write(responseJSON(testRID))
-	})
-	h := newClient(t, s.URL, func(o *Options) { o.MaxConcurrency = 16 })
-	// One call meets the 429 first; 63 callers pile in while it waits.
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if _, err := h.c.GetResponse(context.Background(), 4574, testRID); err != nil {
-			t.Error(err)
+		defer mu.Unlock()
+		for _, a := range after {
+			if a.Sub(at429) < 950*time.Millisecond {
+				t.Fatalf("a request went out %v after the 429", a.Sub(at429))
+			}
 		}
 	})
-	for first.Load() {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(10 * time.Millisecond)
-	if l := h.c.Stats().ConcurrencyLimit; l != 8 {
-		t.Errorf("limit after a 429 = %d, want 8", l)
-	}
-	hammer(t, h.c, 63, 2)
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, a := range after {
-		if a.Sub(at429) < 950*time.Millisecond {
-			t.Fatalf("a request went out %v after the 429", a.Sub(at429))
-		}
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -186,240 +187,248 @@ func TestStatus404NotFound(t *testing.T) {
 }
 
 func TestStatus401StopsAndProbes(t *testing.T) {
-	var fixed atomic.Bool
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if !fixed.Load() {
-			writeJSON(w, 401, errorBody("req-Una", 401, "Invalid API token"))
-			return
-		}
-		w.Write(responseJSON(testRID))
-	})
-	h := newClient(t, s.URL, func(o *Options) { o.AuthProbeInterval = 300 * time.Millisecond })
-	ctx := context.Background()
+	synctest.Test(t, func(t *testing.T) {
+		var fixed atomic.Bool
+		s := newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if !fixed.Load() {
+				writeJSON(w, 401, errorBody("req-Una", 401, "Invalid API token"))
+				return
+			}
+			w.Write(responseJSON(testRID))
+		})
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.AuthProbeInterval = 300 * time.Millisecond }))
+		ctx := context.Background()
 
-	_, err := h.c.GetResponse(ctx, 4574, testRID)
-	ae := checkAPIError(t, err, 401, ErrUnauthorized, false)
-	if ae.Message != "Invalid API token" {
-		t.Errorf("message = %q", ae.Message)
-	}
-	if s.hits.Load() != 1 {
-		t.Fatalf("hits = %d, want 1 (401 is not retried)", s.hits.Load())
-	}
-	if h.c.Healthy() || h.c.LastAuthError() == nil {
-		t.Fatal("client healthy after a 401")
-	}
-	if v := testutil.ToFloat64(h.c.m.authFailed); v != 1 {
-		t.Errorf("auth_failed gauge = %v", v)
-	}
-	if v := testutil.ToFloat64(h.c.m.paused); v != 1 {
-		t.Errorf("paused gauge = %v", v)
-	}
-	// Fail fast: 20 calls, no request.
-	for range 20 {
 		_, err := h.c.GetResponse(ctx, 4574, testRID)
-		if !errors.Is(err, ErrUnauthorized) {
-			t.Fatalf("err = %v, want ErrUnauthorized", err)
+		ae := checkAPIError(t, err, 401, ErrUnauthorized, false)
+		if ae.Message != "Invalid API token" {
+			t.Errorf("message = %q", ae.Message)
 		}
-		if IsPermanent(err) {
-			t.Error("fail-fast 401 reported permanent")
+		if s.hits.Load() != 1 {
+			t.Fatalf("hits = %d, want 1 (401 is not retried)", s.hits.Load())
 		}
-	}
-	if err := h.c.Ping(ctx); !errors.Is(err, ErrUnauthorized) {
-		t.Errorf("Ping = %v", err)
-	}
-	if s.hits.Load() != 1 {
-		t.Fatalf("hits = %d, want 1: the client kept calling with a rejected token", s.hits.Load())
-	}
-	// After the probe interval one call probes (still rejected).
-	time.Sleep(310 * time.Millisecond)
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
-		t.Fatalf("probe err = %v", err)
-	}
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
-		t.Fatal("second call after the probe was not refused")
-	}
-	if s.hits.Load() != 2 {
-		t.Fatalf("hits = %d, want 2 (one probe)", s.hits.Load())
-	}
-	// The token is fixed: the next probe succeeds and everything resumes.
-	fixed.Store(true)
-	time.Sleep(310 * time.Millisecond)
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
-		t.Fatalf("after fix: %v", err)
-	}
-	if !h.c.Healthy() || h.c.LastAuthError() != nil {
-		t.Error("client still unhealthy after a successful probe")
-	}
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
-		t.Fatal(err)
-	}
-	if v := testutil.ToFloat64(h.c.m.authFailed) + testutil.ToFloat64(h.c.m.paused); v != 0 {
-		t.Errorf("gauges not cleared: %v", v)
-	}
-	if n := h.c.Count(OpGetResponse, OutcomeUnauthorized); n != 2 {
-		t.Errorf("unauthorized count = %d, want 2", n)
-	}
-	if !strings.Contains(h.logs.String(), "rejected the token") {
-		t.Error("401 not logged")
-	}
+		if h.c.Healthy() || h.c.LastAuthError() == nil {
+			t.Fatal("client healthy after a 401")
+		}
+		if v := testutil.ToFloat64(h.c.m.authFailed); v != 1 {
+			t.Errorf("auth_failed gauge = %v", v)
+		}
+		if v := testutil.ToFloat64(h.c.m.paused); v != 1 {
+			t.Errorf("paused gauge = %v", v)
+		}
+		// Fail fast: 20 calls, no request.
+		for range 20 {
+			_, err := h.c.GetResponse(ctx, 4574, testRID)
+			if !errors.Is(err, ErrUnauthorized) {
+				t.Fatalf("err = %v, want ErrUnauthorized", err)
+			}
+			if IsPermanent(err) {
+				t.Error("fail-fast 401 reported permanent")
+			}
+		}
+		if err := h.c.Ping(ctx); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("Ping = %v", err)
+		}
+		if s.hits.Load() != 1 {
+			t.Fatalf("hits = %d, want 1: the client kept calling with a rejected token", s.hits.Load())
+		}
+		// After the probe interval one call probes (still rejected).
+		time.Sleep(310 * time.Millisecond)
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
+			t.Fatalf("probe err = %v", err)
+		}
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
+			t.Fatal("second call after the probe was not refused")
+		}
+		if s.hits.Load() != 2 {
+			t.Fatalf("hits = %d, want 2 (one probe)", s.hits.Load())
+		}
+		// The token is fixed: the next probe succeeds and everything resumes.
+		fixed.Store(true)
+		time.Sleep(310 * time.Millisecond)
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
+			t.Fatalf("after fix: %v", err)
+		}
+		if !h.c.Healthy() || h.c.LastAuthError() != nil {
+			t.Error("client still unhealthy after a successful probe")
+		}
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
+			t.Fatal(err)
+		}
+		if v := testutil.ToFloat64(h.c.m.authFailed) + testutil.ToFloat64(h.c.m.paused); v != 0 {
+			t.Errorf("gauges not cleared: %v", v)
+		}
+		if n := h.c.Count(OpGetResponse, OutcomeUnauthorized); n != 2 {
+			t.Errorf("unauthorized count = %d, want 2", n)
+		}
+		if !strings.Contains(h.logs.String(), "rejected the token") {
+			t.Error("401 not logged")
+		}
+	})
 }
 
 func TestStatus402PausesAllThenResumes(t *testing.T) {
-	var mu sync.Mutex
-	var arrivals []time.Time
-	var quotaAt time.Time
-	var first atomic.Bool
-	first.Store(true)
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if first.Swap(false) {
-			mu.Lock()
-			quotaAt = time.Now()
-			mu.Unlock()
-			writeJSON(w, 402, errorBody("req-Pay", 402, "Monthly API quota exceeded"))
-			return
-		}
-		mu.Lock()
-		arrivals = append(arrivals, time.Now())
-		mu.Unlock()
-		time.Sleep(30 * time.Millisecond)
-		w.Write(responseJSON(testRID))
-	})
-	h := newClient(t, s.URL, func(o *Options) { o.QuotaPause = 300 * time.Millisecond })
-	ctx := context.Background()
-
-	_, err := h.c.GetResponse(ctx, 4574, testRID)
-	checkAPIError(t, err, 402, ErrQuotaExceeded, false)
-	st := h.c.Stats()
-	if !st.Paused || !st.Healthy {
-		t.Fatalf("stats after 402 = %+v", st)
-	}
-	if v := testutil.ToFloat64(h.c.m.paused); v != 1 {
-		t.Errorf("paused gauge = %v", v)
-	}
-	// Ping does not wait out the pause.
-	if err := h.c.Ping(ctx); !errors.Is(err, ErrQuotaExceeded) {
-		t.Errorf("Ping during pause = %v", err)
-	}
-	// A caller whose context ends during the pause returns at once.
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	t0 := time.Now()
-	_, err = h.c.GetResponse(sctx, 4574, testRID)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 150*time.Millisecond {
-		t.Errorf("short ctx during pause: err = %v after %v", err, time.Since(t0))
-	}
-	// Callers wait for the pause, the probe goes first, then all resume.
-	var wg sync.WaitGroup
-	for range 6 {
-		wg.Go(func() {
-			if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
-				t.Errorf("after pause: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var arrivals []time.Time
+		var quotaAt time.Time
+		var first atomic.Bool
+		first.Store(true)
+		s := newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if first.Swap(false) {
+				mu.Lock()
+				quotaAt = time.Now()
+				mu.Unlock()
+				writeJSON(w, 402, errorBody("req-Pay", 402, "Monthly API quota exceeded"))
+				return
 			}
+			mu.Lock()
+			arrivals = append(arrivals, time.Now())
+			mu.Unlock()
+			time.Sleep(30 * time.Millisecond)
+			w.Write(responseJSON(testRID))
 		})
-	}
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(arrivals) != 6 {
-		t.Fatalf("arrivals = %d", len(arrivals))
-	}
-	for i, a := range arrivals {
-		if a.Sub(quotaAt) < 290*time.Millisecond {
-			t.Errorf("request %d sent %v after the 402, inside the pause", i, a.Sub(quotaAt))
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.QuotaPause = 300 * time.Millisecond }))
+		ctx := context.Background()
+
+		_, err := h.c.GetResponse(ctx, 4574, testRID)
+		checkAPIError(t, err, 402, ErrQuotaExceeded, false)
+		st := h.c.Stats()
+		if !st.Paused || !st.Healthy {
+			t.Fatalf("stats after 402 = %+v", st)
 		}
-		if i > 0 && a.Sub(arrivals[0]) < 25*time.Millisecond {
-			t.Errorf("request %d sent %v after the probe started, before the probe answered", i, a.Sub(arrivals[0]))
+		if v := testutil.ToFloat64(h.c.m.paused); v != 1 {
+			t.Errorf("paused gauge = %v", v)
 		}
-	}
-	if h.c.Stats().Paused || testutil.ToFloat64(h.c.m.paused) != 0 {
-		t.Error("still paused after a successful probe")
-	}
-	if n := testutil.ToFloat64(h.c.m.pausesTotal.WithLabelValues("quota")); n != 1 {
-		t.Errorf("pauses_total{quota} = %v", n)
-	}
+		// Ping does not wait out the pause.
+		if err := h.c.Ping(ctx); !errors.Is(err, ErrQuotaExceeded) {
+			t.Errorf("Ping during pause = %v", err)
+		}
+		// A caller whose context ends during the pause returns at once.
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		t0 := time.Now()
+		_, err = h.c.GetResponse(sctx, 4574, testRID)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 150*time.Millisecond {
+			t.Errorf("short ctx during pause: err = %v after %v", err, time.Since(t0))
+		}
+		// Callers wait for the pause, the probe goes first, then all resume.
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
+					t.Errorf("after pause: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(arrivals) != 6 {
+			t.Fatalf("arrivals = %d", len(arrivals))
+		}
+		for i, a := range arrivals {
+			if a.Sub(quotaAt) < 290*time.Millisecond {
+				t.Errorf("request %d sent %v after the 402, inside the pause", i, a.Sub(quotaAt))
+			}
+			if i > 0 && a.Sub(arrivals[0]) < 25*time.Millisecond {
+				t.Errorf("request %d sent %v after the probe started, before the probe answered", i, a.Sub(arrivals[0]))
+			}
+		}
+		if h.c.Stats().Paused || testutil.ToFloat64(h.c.m.paused) != 0 {
+			t.Error("still paused after a successful probe")
+		}
+		if n := testutil.ToFloat64(h.c.m.pausesTotal.WithLabelValues("quota")); n != 1 {
+			t.Errorf("pauses_total{quota} = %v", n)
+		}
+	})
 }
 
 func TestStatus429RetryAfterSecondsAndGate(t *testing.T) {
-	var mu sync.Mutex
-	var times []time.Time
-	var n atomic.Int64
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var times []time.Time
+		var n atomic.Int64
+		s := newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			times = append(times, time.Now())
+			mu.Unlock()
+			if n.Add(1) == 1 {
+				w.Header().Set("Retry-After", "1")
+				writeJSON(w, 429, errorBody("req-Too", 429, "Too many requests"))
+				return
+			}
+			w.Write(responseJSON(testRID))
+		})
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.MaxConcurrency = 8 }))
+		ctx := context.Background()
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
+				t.Error(err)
+			}
+		})
+		// A second caller starts after the 429: it must wait at the shared gate.
+		for n.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if st := h.c.Stats(); st.ConcurrencyLimit != 4 || st.HoldUntil.IsZero() {
+			t.Errorf("after 429: limit = %d (want 4), hold until %v", st.ConcurrencyLimit, st.HoldUntil)
+		}
+		wg.Go(func() {
+			if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Wait()
 		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		if n.Add(1) == 1 {
-			w.Header().Set("Retry-After", "1")
-			writeJSON(w, 429, errorBody("req-Too", 429, "Too many requests"))
-			return
+		defer mu.Unlock()
+		if len(times) != 3 {
+			t.Fatalf("requests = %d, want 3", len(times))
 		}
-		w.Write(responseJSON(testRID))
-	})
-	h := newClient(t, s.URL, func(o *Options) { o.MaxConcurrency = 8 })
-	ctx := context.Background()
-	t0 := time.Now()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
-			t.Error(err)
+		for i, at := range times[1:] {
+			if d := at.Sub(times[0]); d < 950*time.Millisecond {
+				t.Errorf("request %d sent %v after the 429, before Retry-After", i+2, d)
+			}
 		}
-	})
-	// A second caller starts after the 429: it must wait at the shared gate.
-	for n.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if st := h.c.Stats(); st.ConcurrencyLimit != 4 || st.HoldUntil.IsZero() {
-		t.Errorf("after 429: limit = %d (want 4), hold until %v", st.ConcurrencyLimit, st.HoldUntil)
-	}
-	wg.Go(func() {
-		if _, err := h.c.GetResponse(ctx, 4574, testRID); err != nil {
-			t.Error(err)
+		if el := time.Since(t0); el > 3*time.Second {
+			t.Errorf("took %v", el)
+		}
+		if h.c.Count(OpGetResponse, OutcomeRateLimited) != 1 || h.c.Count(OpGetResponse, OutcomeOK) != 2 {
+			t.Errorf("counts = %+v", h.c.Stats().Requests)
+		}
+		if v := testutil.ToFloat64(h.c.m.retries.WithLabelValues(OpGetResponse, OutcomeRateLimited)); v != 1 {
+			t.Errorf("retries{rate_limited} = %v", v)
+		}
+		if v := testutil.ToFloat64(h.c.m.rateWait); v < 0.8 {
+			t.Errorf("rate_limit_wait_seconds_total = %v, want ~0.9 (the second caller's wait)", v)
 		}
 	})
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(times) != 3 {
-		t.Fatalf("requests = %d, want 3", len(times))
-	}
-	for i, at := range times[1:] {
-		if d := at.Sub(times[0]); d < 950*time.Millisecond {
-			t.Errorf("request %d sent %v after the 429, before Retry-After", i+2, d)
-		}
-	}
-	if el := time.Since(t0); el > 3*time.Second {
-		t.Errorf("took %v", el)
-	}
-	if h.c.Count(OpGetResponse, OutcomeRateLimited) != 1 || h.c.Count(OpGetResponse, OutcomeOK) != 2 {
-		t.Errorf("counts = %+v", h.c.Stats().Requests)
-	}
-	if v := testutil.ToFloat64(h.c.m.retries.WithLabelValues(OpGetResponse, OutcomeRateLimited)); v != 1 {
-		t.Errorf("retries{rate_limited} = %v", v)
-	}
-	if v := testutil.ToFloat64(h.c.m.rateWait); v < 0.8 {
-		t.Errorf("rate_limit_wait_seconds_total = %v, want ~0.9 (the second caller's wait)", v)
-	}
 }
 
 func TestStatus429RetryAfterHTTPDate(t *testing.T) {
-	var n atomic.Int64
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if n.Add(1) == 1 {
-			w.Header().Set("Retry-After", time.Now().Add(2*time.Second).UTC().Format(http.TimeFormat))
-			writeJSON(w, 429, errorBody("req-Too", 429, "slow down"))
-			return
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		s := newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.Header().Set("Retry-After", time.Now().Add(2*time.Second).UTC().Format(http.TimeFormat))
+				writeJSON(w, 429, errorBody("req-Too", 429, "slow down"))
+				return
+			}
+			w.Write(responseJSON(testRID))
+		})
+		h := newClient(t, s.URL, s.with(nil))
+		t0 := time.Now()
+		if _, err := h.c.GetResponse(context.Background(), 4574, testRID); err != nil {
+			t.Fatal(err)
 		}
-		w.Write(responseJSON(testRID))
+		// The date has second resolution: the wait is between 1 and 2 s.
+		if el := time.Since(t0); el < time.Second || el > 3*time.Second {
+			t.Errorf("waited %v, want 1-2 s", el)
+		}
 	})
-	h := newClient(t, s.URL, nil)
-	t0 := time.Now()
-	if _, err := h.c.GetResponse(context.Background(), 4574, testRID); err != nil {
-		t.Fatal(err)
-	}
-	// The date has second resolution: the wait is between 1 and 2 s.
-	if el := time.Since(t0); el < time.Second || el > 3*time.Second {
-		t.Errorf("waited %v, want 1-2 s", el)
-	}
 }
 
 func TestStatus429WithoutRetryAfterBacksOff(t *testing.T) {
@@ -556,6 +565,9 @@ func TestRetryBackoffBoundsAndCancel(t *testing.T) {
 	}
 	if el > 2*time.Second { // two waits of at most 20 and 30 ms, plus slack for a loaded machine
 		t.Errorf("took %v", el)
+	}
+	if el < 25*time.Millisecond { // equal jitter (internal/backoff): at least half of each step, 10 + 15 ms
+		t.Errorf("took %v: the retries did not wait at least half of each back-off step", el)
 	}
 
 	// Cancellation stops the wait at once.
@@ -809,29 +821,31 @@ func TestNewValidates(t *testing.T) {
 
 // A 5xx to a probe proves nothing about the token: still unhealthy.
 func TestStatus401ProbeAnswered5xxStaysUnhealthy(t *testing.T) {
-	var n atomic.Int64
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if n.Add(1) == 1 {
-			writeJSON(w, 401, errorBody("req-Una", 401, "Invalid API token"))
-			return
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		s := newBubbleServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				writeJSON(w, 401, errorBody("req-Una", 401, "Invalid API token"))
+				return
+			}
+			writeJSON(w, 503, errorBody("req-Ser", 503, "down"))
+		})
+		h := newClient(t, s.URL, s.with(func(o *Options) { o.AuthProbeInterval = 50 * time.Millisecond; o.MaxRetries = -1 }))
+		ctx := context.Background()
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
+			t.Fatal(err)
 		}
-		writeJSON(w, 503, errorBody("req-Ser", 503, "down"))
+		time.Sleep(60 * time.Millisecond)
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrServer) {
+			t.Fatalf("probe: %v", err)
+		}
+		if h.c.Healthy() {
+			t.Error("a 503 to the probe made the client healthy")
+		}
+		if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("after the probe: %v", err)
+		}
 	})
-	h := newClient(t, s.URL, func(o *Options) { o.AuthProbeInterval = 50 * time.Millisecond; o.MaxRetries = -1 })
-	ctx := context.Background()
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
-		t.Fatal(err)
-	}
-	time.Sleep(60 * time.Millisecond)
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrServer) {
-		t.Fatalf("probe: %v", err)
-	}
-	if h.c.Healthy() {
-		t.Error("a 503 to the probe made the client healthy")
-	}
-	if _, err := h.c.GetResponse(ctx, 4574, testRID); !errors.Is(err, ErrUnauthorized) {
-		t.Errorf("after the probe: %v", err)
-	}
 }
 
 // A success whose body is cut short: a GET is retried; a POST is uncertain

@@ -72,7 +72,7 @@ func (v *Versity) Restart(t testing.TB) {
 		t.Fatalf("start versitygw: %v", err)
 	}
 	v.cmd, v.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); close(done) }(v.done)
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(v.done) // killed at stop: its exit status says nothing
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", v.addr, 200*time.Millisecond)
@@ -93,7 +93,7 @@ func (v *Versity) Stop() {
 	if v.cmd == nil {
 		return
 	}
-	v.cmd.Process.Kill()
+	_ = v.cmd.Process.Kill() // it may have exited already; Wait (above) reaps it
 	<-v.done
 	v.cmd = nil
 }
