@@ -380,7 +380,8 @@ func zkPid(t *testing.T, s *zktest.Server) int {
 
 // TestHAZooKeeperPausedOrRestarted: two daemons on a private ZooKeeper
 // during a backfill. ZooKeeper is paused (SIGSTOP of its java process, past
-// the session timeout) and later stopped and started again. From the
+// the session timeout), the leader is then stopped and started again (a
+// graceful handover), and ZooKeeper is stopped and started again. From the
 // emulator's request log: the list calls of the two daemons never
 // interleave (each change of daemon has a positive gap and follows a
 // change of leader), a leader lists again after each fault, and the
@@ -418,7 +419,7 @@ func TestHAZooKeeperPausedOrRestarted(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Logf("after %s: %s lists again %v after ZooKeeper came back", what, l.name, time.Since(t0).Round(10*time.Millisecond))
+		t.Logf("after %s: %s lists again %v later", what, l.name, time.Since(t0).Round(10*time.Millisecond))
 	}
 
 	pid := zkPid(t, zs)
@@ -436,6 +437,15 @@ func TestHAZooKeeperPausedOrRestarted(t *testing.T) {
 	}
 	cont()
 	resumes("a pause of ZooKeeper")
+
+	// A graceful handover in between (SIGTERM of the leader, started again
+	// as a follower), so that the log holds at least one change of daemon
+	// whatever ZooKeeper's faults decide.
+	l := leaderOf(t, ds, 10*time.Second)
+	_ = l.proc.cmd.Process.Signal(syscall.SIGTERM)
+	l.proc.wait(t, 60*time.Second)
+	l.proc = startDaemon(t, l.cfg)
+	resumes("a handover")
 
 	time.Sleep(2 * time.Second)
 	zs.Stop(t)
@@ -459,6 +469,9 @@ func TestHAZooKeeperPausedOrRestarted(t *testing.T) {
 		if g <= 0 {
 			t.Errorf("%s listed while %s was still listing (run %d, overlap %v)", runs[i+1], runs[i], i+1, -g)
 		}
+	}
+	if len(runs) < 2 {
+		t.Errorf("list calls of one daemon only (%v): the handover did not move the lead", runs)
 	}
 	if float64(len(runs)) > changes {
 		t.Errorf("%d runs of list calls but %.0f leader changes: two daemons listed in turn", len(runs), changes)
