@@ -100,7 +100,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	}
 	defer func() { _ = d.close() }()
 	if cfg.Metrics.Listen != "" {
-		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log); err != nil {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log, d.serveResync); err != nil {
 			return err
 		}
 	}
@@ -187,36 +187,10 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
 		return nil, err
 	}
-	d.pipe = pipeline.New(pipeline.Options{
-		OnResponse:       d.onResponse,
-		FetchConcurrency: cfg.Sync.FetchConcurrency,
-		MaxRows:          cfg.Sync.Batch.MaxRows,
-		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
-		MaxDelay:         cfg.Sync.Batch.MaxDelay,
-		Rejects:          wh,
-		Logger:           log.With("component", "pipeline"),
-		Registerer:       reg,
-	}, policy.Fetcher(client), wh)
+	d.pipe = newPipeline(cfg, d.onResponse, policy.Fetcher(client), wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
 	d.surveys = pollingSet(cfg, d.book)
-	d.poller = poll.New(poll.Options{
-		Surveys:               d.surveys,
-		Ended:                 d.book.ended(),
-		Webhooks:              cfg.Webhooks.Enabled,
-		MonthlyBudget:         cfg.API.MonthlyBudget,
-		CallCount:             func() int64 { return client.Stats().Total },
-		Statuses:              cfg.Sync.Statuses,
-		PollInterval:          cfg.Sync.PollInterval,
-		Overlap:               cfg.Sync.Overlap,
-		SettleLag:             cfg.Sync.SettleLag,
-		PartialLookback:       cfg.Sync.PartialLookback,
-		PartialRescanInterval: cfg.Sync.PartialRescan,
-		ReconcileInterval:     reconcileInterval(cfg.Sync.ReconcileInterval),
-		BackfillFrom:          cfg.Sync.BackfillFrom,
-		Unreadable:            surveyUnreadable,
-		Logger:                log.With("component", "poll"),
-		Registerer:            reg,
-	}, client, d.pipe, wh, wh.Inventory())
+	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
 		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)

@@ -50,6 +50,7 @@ Usage:
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
+  surveysync resync --survey ID [--from DATE] [--to DATE]   read a survey's responses of a range again and write them as new versions
   surveysync export --survey ID [--output FILE] [--since TIME] [--bom]   a survey's wide view as CSV or Parquet (ClickHouse)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
@@ -190,6 +191,19 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return export(ctx, cfg, f, stdout, stderr)
+	case "resync":
+		var f resyncFlags
+		cfg, _, code := load(command{name: "resync",
+			about: "Read a survey's responses completed (partial ones: started) in [--from, --to) again and write each as a new version (the *_current views then show the service's answer). A running daemon (answering on metrics.listen) queues the job; otherwise this process runs it and exits. The job is saved first: interrupted, the next run or resync finishes it.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
+				fs.StringVar(&f.from, "from", "", "the range's start, 2006-01-02 (UTC) or RFC 3339 (default: sync.backfill_from)")
+				fs.StringVar(&f.to, "to", "", "the range's end, excluded (default: now)")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return resync(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,

@@ -17,6 +17,7 @@ type pass struct {
 	stream string
 	tr     *tracker
 	rescan bool         // a partial stream's full rescan: held partials are re-read
+	resync bool         // a resync (resync.go): every listed response is rewritten
 	found  atomic.Int64 // responses new to us or changed
 	synced atomic.Int64
 
@@ -234,7 +235,9 @@ func (p *Poller) save(ctx context.Context, key streamKey, st pipeline.StreamStat
 	p.mu.Lock()
 	p.state[key] = st
 	p.mu.Unlock()
-	p.m.watermark.WithLabelValues(strconv.FormatInt(key.survey, 10), key.stream).Set(float64(st.Watermark.Unix()))
+	if !IsResync(key.stream) {
+		p.m.watermark.WithLabelValues(strconv.FormatInt(key.survey, 10), key.stream).Set(float64(st.Watermark.Unix()))
+	}
 	if err := p.states.SaveStates(ctx, []pipeline.StreamState{st}); err != nil && ctx.Err() == nil {
 		// The watermark stays in memory and is saved with the next step;
 		// a crash before that re-reads, it does not lose.

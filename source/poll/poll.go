@@ -234,6 +234,8 @@ type Poller struct {
 	adds    map[int64]struct{} // surveys to add, under mu; addSig tells Run
 	addSig  chan struct{}
 	wakeAll chan struct{}
+	// resyncSig tells Run's resync runner that Resync queued a job.
+	resyncSig chan struct{}
 
 	firstMu      sync.Mutex
 	firstPending map[int64]bool  // configured surveys whose first cycle is not done
@@ -274,6 +276,8 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		adds:    map[int64]struct{}{},
 		addSig:  make(chan struct{}, 1),
 		wakeAll: make(chan struct{}, 1),
+
+		resyncSig: make(chan struct{}, 1),
 
 		firstPending: map[int64]bool{},
 		firstFailed:  map[int64]error{},

@@ -28,6 +28,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { p.logProgress(gctx); return nil })
 	g.Go(func() error { p.serveSignals(gctx, start); return nil })
+	g.Go(func() error { p.serveResyncs(gctx); return nil })
 	err = g.Wait()
 	if ctx.Err() != nil {
 		return nil
