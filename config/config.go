@@ -34,20 +34,24 @@ import (
 
 // Config is the whole configuration. Field tags name the YAML keys.
 type Config struct {
-	API        API        `koanf:"api"`
-	Surveys    []int64    `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
-	Sync       Sync       `koanf:"sync"`
-	Webhooks   Webhooks   `koanf:"webhooks"`
-	ClickHouse ClickHouse `koanf:"clickhouse"`
-	Parquet    Parquet    `koanf:"parquet"`
-	Files      Files      `koanf:"files"`
-	Metrics    Metrics    `koanf:"metrics"`
-	Shutdown   Shutdown   `koanf:"shutdown"`
-	Log        Log        `koanf:"log"`
-	Demo       Demo       `koanf:"demo"`
-	Feeds      []Feed     `koanf:"feeds"`
-	Privacy    Privacy    `koanf:"privacy"`
-	HA         HA         `koanf:"ha"`
+	API     API     `koanf:"api"`
+	Surveys []int64 `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
+	// SurveysExclude are survey ids never synced: webhooks (survey_launched,
+	// response_received) and the surveys table cannot add them, and a
+	// reload stops polling them (docs/operations.md).
+	SurveysExclude []int64    `koanf:"surveys_exclude"`
+	Sync           Sync       `koanf:"sync"`
+	Webhooks       Webhooks   `koanf:"webhooks"`
+	ClickHouse     ClickHouse `koanf:"clickhouse"`
+	Parquet        Parquet    `koanf:"parquet"`
+	Files          Files      `koanf:"files"`
+	Metrics        Metrics    `koanf:"metrics"`
+	Shutdown       Shutdown   `koanf:"shutdown"`
+	Log            Log        `koanf:"log"`
+	Demo           Demo       `koanf:"demo"`
+	Feeds          []Feed     `koanf:"feeds"`
+	Privacy        Privacy    `koanf:"privacy"`
+	HA             HA         `koanf:"ha"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -339,7 +343,8 @@ func defaults() *Config {
 			MaxRetries:     surveyapi.DefaultMaxRetries,
 			QuotaPause:     surveyapi.DefaultQuotaPause,
 		},
-		Surveys: []int64{},
+		Surveys:        []int64{},
+		SurveysExclude: []int64{},
 		Sync: Sync{
 			Statuses:          append([]string(nil), Statuses...),
 			PollInterval:      poll.DefaultPollInterval,

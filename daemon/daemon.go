@@ -50,6 +50,9 @@ type Options struct {
 	// up, before the daemon stops: synced responses in all, and where the
 	// data is (the warehouse's String).
 	OnSynced func(synced int64, where string)
+	// Reload reads the configuration again (the same file, environment
+	// and flags) at a SIGHUP (reload.go); nil: SIGHUP is not handled.
+	Reload func() (*config.Config, error)
 }
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
@@ -152,7 +155,9 @@ type parts struct {
 	health  *health
 	elector *ha.Elector // nil without ha: this daemon leads
 	log     *slog.Logger
+	cfg     *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
 	surveys []int64
+	exclude *excludeList
 	where   string
 	close   func() error // closes the files store
 }
@@ -167,7 +172,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if err != nil {
 		return nil, err
 	}
-	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, close: func() error { return nil }}
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, cfg: cfg, close: func() error { return nil }}
 	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
@@ -189,10 +194,11 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	}
 	d.pipe = newPipeline(cfg, d.onResponse, policy.Fetcher(client), wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
+	d.exclude = newExcludeList(cfg.SurveysExclude, log.With("component", "webhooks"), reg)
 	d.surveys = pollingSet(cfg, d.book)
 	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
+		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
@@ -256,6 +262,9 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 	intake.Go(func() error { return d.runLeaderWork(ctx) })
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
+	}
+	if o.Reload != nil {
+		intake.Go(func() error { d.watchReload(ctx, o.Reload); return nil })
 	}
 	if o.ExitWhenSynced {
 		intake.Go(func() error { return watchToken(ctx, d.health.client) })

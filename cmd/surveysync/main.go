@@ -83,6 +83,9 @@ type command struct {
 	// noAPI: the command never calls the survey service, so it needs
 	// neither api.token nor api.user_agent (config.WithoutAPI).
 	noAPI bool
+	// reload, when set, receives a function that loads the configuration
+	// again from the same file, environment and flags (run's SIGHUP).
+	reload *func() (*config.Config, error)
 }
 
 // Flags that matter to commands that only read the sink's state.
@@ -127,14 +130,15 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "run":
 		var exitWhenSynced bool
-		cfg, _, code := load(command{name: "run", about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
+		var reload func() (*config.Config, error)
+		cfg, _, code := load(command{name: "run", reload: &reload, about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.BoolVar(&exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill); exits 1 if a survey cannot be read")
 			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
-		return runDaemon(ctx, cfg, runFlags{exitWhenSynced: exitWhenSynced}, stdout, stderr)
+		return runDaemon(ctx, cfg, runFlags{exitWhenSynced: exitWhenSynced, reload: reload}, stdout, stderr)
 	case "doctor":
 		cfg, _, code := load(command{name: "doctor", about: "Check what run needs: the API token, every survey id, the sink, the object store, every listener, every feed source. Exits 1 if a check fails."},
 			rest, stdout, stderr)
@@ -326,6 +330,12 @@ func load(c command, args []string, stdout, stderr io.Writer) (*config.Config, [
 	if err != nil {
 		fmt.Fprintf(stderr, "surveysync: configuration is not valid:\n%v\n", err)
 		return nil, nil, exitConfig
+	}
+	if c.reload != nil {
+		*c.reload = func() (*config.Config, error) {
+			cfg, _, err := config.LoadWarnings(*path, os.Environ(), fs, opts...)
+			return cfg, err
+		}
 	}
 	return cfg, pos, exitOK
 }

@@ -349,6 +349,24 @@ func (p *Poller) AddSurvey(id int64) {
 	}
 }
 
+// RemoveSurvey stops polling a survey (surveys_exclude, at a reload): its
+// loop ends after the call in flight, its checkpoints stay, and it no
+// longer holds the first pass open. AddSurvey starts it again.
+func (p *Poller) RemoveSurvey(id int64) {
+	p.mu.Lock()
+	delete(p.adds, id)
+	r, ok := p.surveys[id]
+	if ok {
+		delete(p.surveys, id)
+		r.cancel()
+	}
+	p.mu.Unlock()
+	p.markFirstPass(id, nil)
+	if ok {
+		p.o.Logger.Info("survey no longer polled", "survey_id", id)
+	}
+}
+
 // EndSurvey gives a survey one final full sync (every stream and a
 // reconcile); afterwards it is polled every EndedInterval.
 func (p *Poller) EndSurvey(id int64) {
