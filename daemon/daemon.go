@@ -2,8 +2,9 @@
 // into components (components.go: the log, the API client, the warehouse,
 // the webhook receiver; feeds.go, blob.go, privacy.go, ha.go), wires them
 // to one another (assemble), and holds the policy between them: what a
-// webhook event means (webhooks.go), which surveys are polled (polling.go)
-// and the surveys table (surveys.go), what only the HA leader runs
+// webhook event means (webhooks.go), which surveys are polled (polling.go,
+// exclude.go, reload.go) and the surveys table (surveys.go), resync on
+// demand (resync.go), what only the HA leader runs
 // (ha.go), and the metrics listener with its health and status endpoints
 // (metrics.go). Doctor (doctor.go) checks what Run needs; remote.go is the
 // client side of a running daemon's listener, for surveysync status.
