@@ -130,6 +130,11 @@ func TestResyncRangeMatchesEmulator(t *testing.T) {
 	if msg := diff(want, got); !strings.HasPrefix(msg, "1 differences") || !strings.Contains(msg, string(outside[0].ResponseID)) {
 		t.Fatalf("after the resync, only the change outside the range should differ: %s", msg)
 	}
+	st := exec.Command(binPath, "status", "--config", cfg)
+	stOut, _ := st.CombinedOutput()
+	if strings.Count(string(stOut), "resync done") != 4 || !strings.Contains(string(stOut), "resync/completed/"+from.Format(time.RFC3339)) {
+		t.Errorf("status does not show the resync's four streams done:\n%s", stOut)
+	}
 	var versions uint64
 	if err := w.conn.QueryRow(context.Background(), fmt.Sprintf("SELECT count() FROM %s.responses WHERE toString(response_id) = '%s'", w.db, inside[20].ResponseID)).Scan(&versions); err != nil {
 		t.Fatal(err)
