@@ -145,14 +145,14 @@ func newRegistry(version string) *prometheus.Registry {
 }
 
 // parts are the daemon's components, wired to one warehouse. The optional
-// ones (copier, rx, feeds) are nil when not configured.
+// ones (copier, rx) are nil when not configured; feeds idles without feeds.
 type parts struct {
 	pipe    *pipeline.Pipeline
 	poller  *poll.Poller
 	book    *surveyBook
 	copier  *blob.Copier
 	rx      *webhookrx.Receiver
-	feeds   *feed.Runner
+	feeds   *feedSlot // the feed runner, replaced at a reload
 	health  *health
 	elector *ha.Elector // nil without ha: this daemon leads
 	log     *slog.Logger
@@ -204,17 +204,18 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}
-	if len(cfg.Feeds) > 0 {
-		for i, f := range cfg.Feeds {
-			if f.Type == config.FeedCSVDir {
-				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
-					return nil, fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
-				}
-			}
+	d.feeds = newFeedSlot(func(cfg *config.Config, reg prometheus.Registerer) (*feed.Runner, error) {
+		if err := checkFeedDirs(cfg); err != nil {
+			return nil, err
 		}
-		if d.feeds, err = NewFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
+		r, err := NewFeedRunner(cfg, client, wh, d.leading, log, reg)
+		if err != nil {
 			return nil, fmt.Errorf("feeds: %w", err)
 		}
+		return r, nil
+	}, reg, log)
+	if err := d.feeds.set(cfg); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -13,7 +13,8 @@ import (
 
 // Configuration reload: on SIGHUP the daemon reads its configuration again
 // (the same file, environment and flags, through Options.Reload) and
-// applies what can change while it runs: surveys and surveys_exclude. A
+// applies what can change while it runs: surveys, surveys_exclude and
+// feeds (the feed runner is replaced, feedslot.go). A
 // configuration that does not load or validate is refused with one log
 // line and the running one is kept; changes of other keys are named in the
 // log and wait for a restart. SIGHUP rather than a file watch: the operator
@@ -45,14 +46,35 @@ func (d *parts) reload(read func() (*config.Config, error)) {
 		return
 	}
 	cur := d.cfg
+	applied := withReloadable(cur, next)
+	feedsChanged := !reflect.DeepEqual(cur.Feeds, next.Feeds)
+	if feedsChanged {
+		if err := d.feeds.check(applied); err != nil {
+			d.log.Error("configuration reload refused; the running configuration is kept", "err", err)
+			return
+		}
+	}
 	added := d.applySurveys(cur, next)
+	if feedsChanged {
+		if err := d.feeds.set(applied); err != nil {
+			d.log.Error("feeds: the reloaded feeds cannot be built; no feed runs until the next reload or restart", "err", err)
+		}
+	}
 	later := restartKeys(cur, next)
-	d.cfg = withReloadable(cur, next)
-	attrs := []any{"surveys", next.Surveys, "surveys_exclude", next.SurveysExclude, "added", added}
+	d.cfg = applied
+	attrs := []any{"surveys", next.Surveys, "surveys_exclude", next.SurveysExclude, "added", added, "feeds", feedNames(next)}
 	if len(later) > 0 {
 		attrs = append(attrs, "not_applied_until_restart", later)
 	}
 	d.log.Info("configuration reloaded", attrs...)
+}
+
+func feedNames(cfg *config.Config) []string {
+	out := make([]string, len(cfg.Feeds))
+	for i, f := range cfg.Feeds {
+		out[i] = f.Name
+	}
+	return out
 }
 
 // applySurveys excludes and adds surveys as next says, and returns the
@@ -79,7 +101,7 @@ func restartKeys(cur, next *config.Config) []string {
 	a, b := reflect.ValueOf(cur).Elem(), reflect.ValueOf(next).Elem()
 	for i := range a.NumField() {
 		key := a.Type().Field(i).Tag.Get("koanf")
-		if key == "surveys" || key == "surveys_exclude" { // applied
+		if key == "surveys" || key == "surveys_exclude" || key == "feeds" { // applied
 			continue
 		}
 		if key == "api" && cur.Demo.Emulator.Enabled {
@@ -97,5 +119,6 @@ func withReloadable(cur, next *config.Config) *config.Config {
 	c := *cur
 	c.Surveys = slices.Clone(next.Surveys)
 	c.SurveysExclude = slices.Clone(next.SurveysExclude)
+	c.Feeds = slices.Clone(next.Feeds)
 	return &c
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,6 +60,28 @@ func TestReloadAddsSurveyAndExcludesAnother(t *testing.T) {
 	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
 		t.Fatal("with the third survey excluded: " + msg)
 	}
+
+	// A feed added by reload runs: a CSV dropped into its folder reaches
+	// the service as contacts.
+	feedDir := t.TempDir()
+	did := all[0]*10 + 1
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fmt.Fprintf(f, "feeds:\n  - name: crm\n    type: csv_dir\n    distribution_id: %d\n    interval: 1s\n    mapping: {email: email}\n    csv_dir: {dir: %s}\n", did, feedDir)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(d.output(), "feeds: restarted with the reloaded configuration") })
+	if err := os.WriteFile(filepath.Join(feedDir, "a.csv"), []byte("email\nann@example.com\nbob@example.com\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { return len(e.sim.Contacts(did)) == 2 })
 
 	// An invalid configuration is refused; the daemon runs on.
 	rewriteConfig(t, cfg, map[string]string{fmt.Sprintf("surveys_exclude: [%d]\n", all[2]): "surveys_exclude: [-7]\n"})
