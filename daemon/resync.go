@@ -148,7 +148,11 @@ func (d *parts) serveResync(mux *http.ServeMux) {
 			}
 		}
 		job, err := d.poller.Resync(r.Context(), id, from, to)
-		if err != nil {
+		switch {
+		case surveyUnreadable(err):
+			http.Error(w, fmt.Sprintf("survey %d: %s", id, describeUnreadable(err)), http.StatusNotFound)
+			return
+		case err != nil:
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}

@@ -23,6 +23,9 @@ import (
 // reconcile of the survey (with an inventory): a response deleted from the
 // service is in no list, and only the comparison of every id finds it.
 
+// errAbandoned ends a resync job of a survey that cannot be read.
+var errAbandoned = errors.New("resync abandoned")
+
 // resyncPrefix begins a resync checkpoint's stream name.
 const resyncPrefix = "resync/"
 
@@ -83,6 +86,11 @@ func (p *Poller) Resync(ctx context.Context, surveyID int64, from, to time.Time)
 	if !to.After(from) {
 		return ResyncJob{}, fmt.Errorf("resync survey %d: the range %s to %s is empty (--to must be after --from)",
 			surveyID, survey.FormatTime(from), survey.FormatTime(to))
+	}
+	// One list call: a survey that cannot be read (404, 403) is refused
+	// now, not retried every minute.
+	if _, err := p.lister.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1}); err != nil {
+		return ResyncJob{}, fmt.Errorf("resync survey %d: %w", surveyID, err)
 	}
 	job := ResyncJob{Survey: surveyID, From: from, To: to}
 	now := p.o.Now()
@@ -177,7 +185,9 @@ func (p *Poller) runPendingResyncs(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				errs = append(errs, err)
+				if !errors.Is(err, errAbandoned) {
+					errs = append(errs, err)
+				}
 				done[k.survey] = false
 				continue
 			}
@@ -233,6 +243,15 @@ func (p *Poller) resyncStream(ctx context.Context, key streamKey) error {
 	st.Synced += c.synced.Load()
 	if err != nil {
 		st.LastError = err.Error()
+		if p.unreadable(err) {
+			// The survey cannot be read any more (deleted, access
+			// withdrawn): the job ends, failed, instead of being tried
+			// every minute for ever.
+			st.LastRunAt = p.o.Now()
+			p.save(ctx, key, st)
+			p.o.Logger.Error("resync abandoned: the survey cannot be read", "survey_id", key.survey, "stream", stream, "err", err)
+			return errAbandoned
+		}
 		p.save(ctx, key, st)
 		return fmt.Errorf("resync survey %d, %s responses from %s to %s: %w", key.survey, stream, survey.FormatTime(from), survey.FormatTime(to), err)
 	}

@@ -2,6 +2,7 @@ package poll
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -92,5 +93,19 @@ func TestResyncResumesAfterInterruption(t *testing.T) {
 	third := &stopAfterSub{}
 	if err := New(opts, e.client, third, states, nil).RunResyncs(context.Background()); err != nil || len(third.got) != 0 {
 		t.Errorf("a run with nothing pending wrote %d (err %v)", len(third.got), err)
+	}
+}
+
+// A resync of a survey the service does not know is refused at once, and
+// no job is saved.
+func TestResyncRefusesUnknownSurvey(t *testing.T) {
+	e := newEmulator(t, 10, 0)
+	states := &memStates{}
+	p := New(Options{Now: e.clock.Now}, e.client, &stopAfterSub{}, states, nil)
+	if _, err := p.Resync(context.Background(), simSurvey+1, time.Time{}, time.Time{}); !errors.Is(err, survey.ErrNotFound) {
+		t.Fatalf("resync of an unknown survey: %v, want not found", err)
+	}
+	if saved, _ := states.LoadStates(context.Background()); len(saved) != 0 {
+		t.Fatalf("a job was saved: %v", saved)
 	}
 }
