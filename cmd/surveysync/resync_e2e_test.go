@@ -179,3 +179,59 @@ func waitFor(t *testing.T, timeout time.Duration, ok func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A one-shot resync killed midway (SIGKILL) leaves its job in sync_state;
+// the same command again goes on from the checkpoints (the stream done
+// before the kill is not read again) and the warehouse ends exact.
+func TestResyncKilledThenResumed(t *testing.T) {
+	w := clickhouseOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 300, 43)})
+	sid := e.ids[0]
+	cfg := writeConfig(t, e, w, "sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  reconcile_interval: 0s\n  fetch_concurrency: 1\n")
+	startDaemon(t, cfg, "--exit-when-synced").wait(t, 2*time.Minute)
+	var completed, others int
+	n := 0
+	for r := range e.sim.Responses(sid) {
+		if r.ResponseStatus == survey.StatusCompleted {
+			completed++
+		} else if r.ResponseStatus != survey.StatusDeleted {
+			others++
+		}
+		if n < 3 && r.ResponseStatus == survey.StatusCompleted {
+			changeAnswer(t, e, sid, r, "changed before the resync")
+			n++
+		}
+	}
+	// Details answer slowly, one at a time: the completed stream (read
+	// first) takes seconds, the others after it more.
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpGetResponse, Kind: sim.FaultSlow, Delay: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"resync", "--config", cfg, "--survey", fmt.Sprint(sid), "--from", "2000-01-01", "--to", time.Now().UTC().Format(time.RFC3339)}
+	cmd := exec.Command(binPath, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q := fmt.Sprintf("SELECT count() FROM (SELECT stream, argMax(last_run_at, _version) AS done FROM %s.sync_state WHERE stream LIKE 'resync/completed/%%' GROUP BY stream) WHERE toUnixTimestamp(done) > 0", w.db)
+	waitFor(t, 60*time.Second, func() bool {
+		var done uint64
+		return w.conn.QueryRow(ctx, q).Scan(&done) == nil && done == 1
+	})
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	before := e.sim.Calls()[sim.OpGetResponse]
+
+	out := resyncCLI(t, cfg, args[3:]...)
+	if !strings.Contains(out, "done") {
+		t.Fatalf("second resync:\n%s", out)
+	}
+	fetched := e.sim.Calls()[sim.OpGetResponse] - before
+	t.Logf("the resumed resync fetched %d details (%d completed, %d others in all)", fetched, completed, others)
+	if fetched >= int64(completed) || fetched > int64(others) {
+		t.Errorf("the resumed resync fetched %d details: want at most the %d outside the completed stream (%d completed)", fetched, others, completed)
+	}
+	if msg := diff(truthFingerprints(e), warehouseFingerprints(t, w)); msg != "" {
+		t.Fatal("after the resumed resync: " + msg)
+	}
+}

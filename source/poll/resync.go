@@ -71,7 +71,8 @@ type ResyncJob struct {
 // is BackfillFrom, to zero is now less the settle lag. The job is saved in
 // the state store before Resync returns, so it is not lost if the process
 // stops; a running poller (Run) starts it at once, else RunResyncs or the
-// next Run does. A job of the same range restarts from the range's start.
+// next Run does. Asked again while pending, a job of the same range goes
+// on from its checkpoints; once done, it starts from the range's start.
 func (p *Poller) Resync(ctx context.Context, surveyID int64, from, to time.Time) (ResyncJob, error) {
 	if surveyID <= 0 {
 		return ResyncJob{}, fmt.Errorf("resync: survey id %d: must be positive", surveyID)
@@ -96,17 +97,27 @@ func (p *Poller) Resync(ctx context.Context, surveyID int64, from, to time.Time)
 	now := p.o.Now()
 	states := make([]pipeline.StreamState, 0, len(p.o.Statuses))
 	p.mu.Lock()
+	// An interrupted job of the same range (a stream pending) goes on from
+	// its checkpoints, its streams done staying done; a job that ended
+	// starts again from the range's start.
 	for _, stream := range p.o.Statuses {
 		name := resyncName(stream, from, to)
+		job.Streams = append(job.Streams, name)
 		if old, ok := p.state[streamKey{surveyID, name}]; ok && resyncPending(old) {
 			job.Requeued = true
 		}
-		job.Streams = append(job.Streams, name)
+	}
+	for _, name := range job.Streams {
+		if _, ok := p.state[streamKey{surveyID, name}]; ok && job.Requeued {
+			continue
+		}
 		states = append(states, pipeline.StreamState{SurveyID: surveyID, Stream: name, Watermark: from, UpdatedAt: now})
 	}
 	p.mu.Unlock()
-	if err := p.states.SaveStates(ctx, states); err != nil {
-		return ResyncJob{}, fmt.Errorf("resync survey %d: save the job: %w", surveyID, err)
+	if len(states) > 0 { // none: every stream's checkpoint is pending already
+		if err := p.states.SaveStates(ctx, states); err != nil {
+			return ResyncJob{}, fmt.Errorf("resync survey %d: save the job: %w", surveyID, err)
+		}
 	}
 	p.mu.Lock()
 	for _, st := range states {
