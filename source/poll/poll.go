@@ -232,6 +232,7 @@ type Poller struct {
 	surveys map[int64]*surveyRun
 	ended   map[int64]bool     // surveys to start at the ended cadence
 	adds    map[int64]struct{} // surveys to add, under mu; addSig tells Run
+	removed map[int64]bool     // configured surveys RemoveSurvey took out (a Run again skips them), under mu
 	addSig  chan struct{}
 	wakeAll chan struct{}
 	// resyncSig tells Run's resync runner that Resync queued a job.
@@ -274,6 +275,7 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		surveys: map[int64]*surveyRun{},
 		ended:   map[int64]bool{},
 		adds:    map[int64]struct{}{},
+		removed: map[int64]bool{},
 		addSig:  make(chan struct{}, 1),
 		wakeAll: make(chan struct{}, 1),
 
@@ -342,6 +344,7 @@ func (p *Poller) AddSurvey(id int64) {
 		return
 	}
 	p.adds[id] = struct{}{}
+	delete(p.removed, id)
 	p.mu.Unlock()
 	select {
 	case p.addSig <- struct{}{}:
@@ -355,6 +358,7 @@ func (p *Poller) AddSurvey(id int64) {
 func (p *Poller) RemoveSurvey(id int64) {
 	p.mu.Lock()
 	delete(p.adds, id)
+	p.removed[id] = true
 	r, ok := p.surveys[id]
 	if ok {
 		delete(p.surveys, id)

@@ -109,3 +109,44 @@ func TestResyncRefusesUnknownSurvey(t *testing.T) {
 		t.Fatalf("a job was saved: %v", saved)
 	}
 }
+
+// A survey removed (surveys_exclude at a reload) is no longer polled, ends
+// its first pass, and stays out when Run runs again (a daemon that leads
+// again); AddSurvey brings it back.
+func TestRemoveSurvey(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	listed := map[int64]int{}
+	api := &countingLister{f: func(id int64) { mu.Lock(); listed[id]++; mu.Unlock() }}
+	p := New(Options{Surveys: []int64{1, 2}, Statuses: []string{"completed"}, PollInterval: time.Second, ReconcileInterval: -1,
+		Now: func() time.Time { return now }}, api, &stopAfterSub{}, &memStates{}, nil)
+	p.RemoveSurvey(2) // before Run: the first pass does not wait for it
+	for range 2 {     // a second Run, as after a lead regained
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		select {
+		case <-p.FirstPassDone():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the first pass waits for the removed survey")
+		}
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if listed[2] != 0 || listed[1] == 0 {
+		t.Fatalf("list calls by survey: %v; want none of the removed survey 2", listed)
+	}
+}
+
+// countingLister answers every list with nothing and reports the survey.
+type countingLister struct{ f func(int64) }
+
+func (c *countingLister) ListResponses(_ context.Context, id int64, q survey.ListQuery) (*survey.ResponseList, error) {
+	c.f(id)
+	return &survey.ResponseList{Page: q.Page, PerPage: q.PerPage}, nil
+}
