@@ -62,6 +62,10 @@ func resyncRange(ctx context.Context, cfg *config.Config, id int64, from, to tim
 		fmt.Fprintf(stdout, "surveysync: the daemon at %s queued %s; follow it with surveysync status (rows %s…)\n", addr, jobText(job), "resync/")
 		return exitOK
 	}
+	if cfg.Demo.Emulator.Enabled {
+		fmt.Fprintln(stderr, "surveysync resync: the demo's emulator lives inside a running daemon: start surveysync run (with metrics.listen on) and resync while it runs, or give a configuration with api.base_url and api.token")
+		return exitFail
+	}
 	log := daemon.NewLogger(cfg, stderr)
 	job, err := daemon.ResyncOnce(ctx, cfg, log, id, from, to)
 	if err != nil {
