@@ -111,3 +111,6 @@ func (w *dirWarehouse) Close() error {
 	}
 	return errors.Join(append(errs, w.Sink.Close())...)
 }
+
+// Eraser is nil until the Parquet sink erases (issue 23).
+func (w *dirWarehouse) Eraser() warehouse.Eraser { return nil }
