@@ -138,13 +138,12 @@ type Parquet struct {
 // Files is the copy of respondents' uploaded files into object storage.
 type Files struct {
 	Enabled            bool     `koanf:"enabled"`
-	URL                URL      `koanf:"url"` // file:///abs/dir or s3://bucket?region=… (gs and azblob are not compiled in)
+	URL                URL      `koanf:"url"` // file:///abs/dir or s3://bucket?region=… (S3-compatible storage)
 	MaxConcurrency     int      `koanf:"max_concurrency"`
 	MaxSize            ByteSize `koanf:"max_size"`             // larger files are skipped and counted
 	DeleteWithResponse bool     `koanf:"delete_with_response"` // delete a deleted response's objects
 	TypeMatch          []string `koanf:"type_match"`           // a question type containing one of these carries files
 	S3                 S3Keys   `koanf:"s3"`                   // optional; else the AWS default credential chain
-	Azblob             AzureKey `koanf:"azblob"`               // optional; else the Azure default credentials
 }
 
 // S3Keys are static credentials for s3:// URLs (AWS or an S3-compatible
@@ -153,12 +152,6 @@ type S3Keys struct {
 	AccessKeyID     string `koanf:"access_key_id"`
 	SecretAccessKey Secret `koanf:"secret_access_key"`
 	SessionToken    Secret `koanf:"session_token"`
-}
-
-// AzureKey is a shared key for azblob:// URLs; both or neither.
-type AzureKey struct {
-	AccountName string `koanf:"account_name"`
-	AccountKey  Secret `koanf:"account_key"`
 }
 
 // Metrics is the Prometheus endpoint (/metrics).

@@ -550,7 +550,6 @@ func secretConfig(t *testing.T) (*Config, []string) {
 		"SURVEYSYNC_WEBHOOKS__BASIC_AUTH__USERNAME":         "hooks",
 		"SURVEYSYNC_WEBHOOKS__SIGNATURE_TOLERANCE":          "1m",
 		"SURVEYSYNC_WEBHOOKS__REQUIRE_SIGNATURE":            "true",
-		"SURVEYSYNC_FILES__AZBLOB__ACCOUNT_NAME":            "",
 		"SURVEYSYNC_DEMO__EMULATOR__ENABLED":                "false",
 		"SURVEYSYNC_FEEDS__0__SEND__SCHEDULE__WINDOW__FROM": "08:00",
 		"SURVEYSYNC_FEEDS__0__SEND__SCHEDULE__WINDOW__TO":   "18:30",
@@ -806,4 +805,48 @@ func TestHA(t *testing.T) {
 			t.Errorf("%s: err = %v, want %q", tc.env, err, tc.want)
 		}
 	}
+}
+
+// Object stores other than a folder and S3-compatible storage: the URL
+// and the files.<store> keys earlier examples offered are refused with
+// what is supported and the way around (a gateway).
+func TestUnsupportedObjectStores(t *testing.T) {
+	wantAll := []string{"is not supported", "file:///abs/dir", "S3-compatible", "gateway", "docs/files.md"}
+	check := func(what string, err error, want string) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: loaded", what)
+		}
+		for _, w := range append([]string{want}, wantAll...) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: want %q in:\n%v", what, w, err)
+			}
+		}
+	}
+	env := []string{"SURVEYSYNC_API__TOKEN=tok"}
+	for url, want := range map[string]string{
+		"gs://bucket":        `files.url Google Cloud Storage (gs://)`,
+		"azblob://container": `files.url Azure Blob Storage (azblob://)`,
+		"ftp://host/dir":     `files.url scheme "ftp"`,
+	} {
+		_, err := Load("testdata/good/minimal.yaml", append(env, "SURVEYSYNC_FILES__URL="+url), nil)
+		check(url, err, want)
+	}
+	for yaml, want := range map[string]string{
+		"files:\n  azblob:\n    account_name: acct\n": "files.azblob in ",
+		"files:\n  gcs:\n    bucket: b\n":             "files.gcs in ",
+	} {
+		base, err := os.ReadFile("testdata/good/minimal.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, append(append(base, '\n'), yaml...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Load(p, env, nil)
+		check(yaml, err, want)
+	}
+	_, err := Load("testdata/good/minimal.yaml", append(env, "SURVEYSYNC_FILES__AZBLOB__ACCOUNT_KEY=k"), nil)
+	check("env", err, "files.azblob in environment variable SURVEYSYNC_FILES__AZBLOB__ACCOUNT_KEY")
 }

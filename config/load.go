@@ -527,6 +527,9 @@ func firstTag(t reflect.Type) string {
 }
 
 func unknownKey(key, origin, suggestion string, env bool) error {
+	if why, ok := unsupportedStoreKey(key); ok {
+		return fmt.Errorf("%s in %s: %s", key, origin, why)
+	}
 	msg := fmt.Sprintf("unknown key %q in %s", key, origin)
 	if suggestion != "" {
 		if env {

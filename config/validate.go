@@ -259,10 +259,45 @@ func (c *Config) validateClickHouse(p *problems) {
 
 var zkPathRe = regexp.MustCompile(`^/[A-Za-z0-9_./{}-]*$`)
 
-// FileSchemes are the object stores files.url may name. gs:// and azblob://
-// would work through the same gocloud URL scheme, but their drivers double
-// the binary's size and are not compiled in (docs/files.md).
+// FileSchemes are the object stores files.url may name: a local folder and
+// S3-compatible storage (sink/blob; docs/files.md).
 var FileSchemes = []string{"file", "s3"}
+
+// otherStore names an object store surveysync does not talk to directly,
+// by files.url scheme or by the files.<key> section earlier examples
+// offered for it.
+func otherStore(s string) (string, bool) {
+	switch s {
+	case "gs", "gcs":
+		return "Google Cloud Storage", true
+	case "azblob", "azure":
+		return "Azure Blob Storage", true
+	}
+	return "", false
+}
+
+// unsupportedStore explains that what is not supported, what is, and the
+// way around: an S3-compatible endpoint or gateway.
+func unsupportedStore(what string) string {
+	return what + " is not supported: uploaded files go to a local folder (files.url: file:///abs/dir) or to S3-compatible storage " +
+		"(files.url: s3://bucket?region=…, credentials in files.s3); put an S3-compatible gateway in front of other stores " +
+		"(Google Cloud Storage's own S3-compatible XML API, or versitygw's azure backend for Azure Blob Storage) and point files.url at it; see docs/files.md"
+}
+
+// unsupportedStoreKey is the explanation for key when it is (or is under)
+// a files.<store> section of a store that is not supported.
+func unsupportedStoreKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "files.")
+	if !ok {
+		return "", false
+	}
+	section, _, _ := strings.Cut(rest, ".")
+	name, ok := otherStore(section)
+	if !ok {
+		return "", false
+	}
+	return unsupportedStore(name + " (files." + section + ")"), true
+}
 
 func (c *Config) validateFiles(p *problems) {
 	f := &c.Files
@@ -274,7 +309,11 @@ func (c *Config) validateFiles(p *problems) {
 	case err != nil || u.Scheme == "":
 		p.add("files.url", "must be a URL such as file:///var/lib/surveysync/files or s3://bucket?region=eu-central-1 (got %q)", f.URL.String())
 	case !slices.Contains(FileSchemes, u.Scheme):
-		p.add("files.url", "scheme must be one of %s (got %q; gs and azblob are not compiled in, see docs/files.md)", strings.Join(FileSchemes, ", "), u.Scheme)
+		what := fmt.Sprintf("scheme %q", u.Scheme)
+		if name, ok := otherStore(u.Scheme); ok {
+			what = fmt.Sprintf("%s (%s://)", name, u.Scheme)
+		}
+		p.add("files.url", "%s", unsupportedStore(what))
 	case u.Scheme == "file" && (u.Host != "" && u.Host != "localhost" || !strings.HasPrefix(u.Path, "/")):
 		p.add("files.url", "must name an absolute directory: file:///path (got %q)", f.URL.String())
 	case u.Scheme != "file" && u.Host == "":
@@ -297,12 +336,6 @@ func (c *Config) validateFiles(p *problems) {
 	}
 	if (f.S3.AccessKeyID != "" || f.S3.SessionToken.IsSet()) && u != nil && u.Scheme != "s3" {
 		p.add("files.s3", "is set but files.url is not an s3:// URL")
-	}
-	if (f.Azblob.AccountName == "") != !f.Azblob.AccountKey.IsSet() {
-		p.add("files.azblob", "needs both account_name and account_key, or neither")
-	}
-	if f.Azblob.AccountName != "" && u != nil && u.Scheme != "azblob" {
-		p.add("files.azblob", "is set but files.url is not an azblob:// URL")
 	}
 }
 

@@ -28,12 +28,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
 	"github.com/surveysync/surveysync/sink/parquet"
-	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestMain(m *testing.M) {
@@ -214,7 +214,7 @@ func TestEmulatorToStores(t *testing.T) {
 					t.Fatalf("index row %+v, want sha %s size %d name %q", rec, want, info.Size, info.Name)
 				}
 				retried += rec.Attempts
-				rd, err := st.Bucket().NewReader(context.Background(), r.Key(), nil)
+				rd, err := st.NewReader(context.Background(), r.Key())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -224,7 +224,7 @@ func TestEmulatorToStores(t *testing.T) {
 				if got := hex.EncodeToString(h.Sum(nil)); got != want {
 					t.Fatalf("%s: stored sha %s, emulator %s", r.Key(), got, want)
 				}
-				a, err := st.Bucket().Attributes(context.Background(), r.Key())
+				a, err := st.Attributes(context.Background(), r.Key())
 				if err != nil {
 					t.Fatal(err)
 				}

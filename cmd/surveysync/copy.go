@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 )
 
@@ -25,8 +26,8 @@ func copyFrom(ctx context.Context, cfg *config.Config, from copyFlags, stdout, s
 		fmt.Fprintln(stderr, "surveysync copy-from: clickhouse.addr is empty: the target of the copy is the configured ClickHouse (the cluster)")
 		return exitConfig
 	}
-	log := newLogger(cfg, stderr)
-	s, err := clickhouse.Open(ctx, clickhouseOptions(cfg, log, prometheus.NewRegistry()))
+	log := daemon.NewLogger(cfg, stderr)
+	s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync copy-from:", err)
 		return exitFail
@@ -39,7 +40,7 @@ func copyFrom(ctx context.Context, cfg *config.Config, from copyFlags, stdout, s
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tROWS COPIED\tCURRENT (SOURCE)\tCURRENT (TARGET)\tTOOK")
 	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", r.Table, r.Rows, r.SourceKeys, r.TargetKeys, roundDuration(r.Took))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", r.Table, r.Rows, r.SourceKeys, r.TargetKeys, daemon.RoundDuration(r.Took))
 	}
 	tw.Flush()
 	if err != nil {

@@ -3,18 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/surveysync/surveysync/source/surveyapi"
 )
 
 // surveysync version names the version, the commit, the build date and the
@@ -35,12 +32,14 @@ func TestVersionLine(t *testing.T) {
 
 // surveysync healthcheck: the container's HEALTHCHECK (no shell, no curl).
 func TestHealthcheck(t *testing.T) {
-	client, err := surveyapi.New(surveyapi.Options{BaseURL: "http://127.0.0.1:1/v1", Token: "t", UserAgent: "test (t@example.invalid)"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &health{client: client, sink: pingFunc(func(context.Context) error { return errors.New("down") })}
-	srv := httptest.NewServer(metricsMux(false, prometheus.NewRegistry(), h))
+	// A daemon whose sink is down, as its metrics listener answers
+	// (daemon's TestReadyzNamesWhatIsNotReady checks the real one).
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "not ready: sink: down", http.StatusServiceUnavailable)
+	})
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	listen := strings.TrimPrefix(srv.URL, "http://")
 	_, port, _ := net.SplitHostPort(listen)
@@ -75,10 +74,6 @@ func TestHealthcheck(t *testing.T) {
 		}
 	}
 }
-
-type pingFunc func(context.Context) error
-
-func (f pingFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 // Under systemd (Type=notify) the daemon sends READY=1 once its listeners
 // are bound, and STOPPING=1 when SIGTERM starts the drain.

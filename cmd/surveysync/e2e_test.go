@@ -25,9 +25,10 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/internal/faultproxy"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 var binPath string
@@ -877,7 +878,7 @@ func TestWarehouseRefusingRowsIsVisibleAndLosesNothing(t *testing.T) {
 			t.Errorf("the back-off log lines lack %q:\n%s", want, tail(logged, 20))
 		}
 	}
-	m, err := scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), `surveysync_sink_write_failing{class="refused",table="answers"}`)
+	m, err := daemon.Scrape(ctx, fmt.Sprintf("127.0.0.1:%d", port), `surveysync_sink_write_failing{class="refused",table="answers"}`)
 	if err != nil || m[`surveysync_sink_write_failing{class="refused",table="answers"}`] != 1 {
 		t.Errorf("surveysync_sink_write_failing{class=refused,table=answers} = %v (%v), want 1", m, err)
 	}

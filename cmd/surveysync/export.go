@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 )
 
@@ -51,8 +52,8 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		fmt.Fprintln(stderr, "surveysync export: clickhouse.addr is empty: export reads the wide views in ClickHouse (the Parquet sink's files: docs/parquet.md)")
 		return exitConfig
 	}
-	log := newLogger(cfg, stderr)
-	s, err := clickhouse.Open(ctx, clickhouseOptions(cfg, log, prometheus.NewRegistry()))
+	log := daemon.NewLogger(cfg, stderr)
+	s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync export:", err)
 		return exitFail
@@ -95,6 +96,6 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		return exitFail
 	}
 	fmt.Fprintf(stderr, "exported %d responses of survey %d (%s) to %s in %s\n",
-		n, f.survey, s.Database()+"."+clickhouse.WideViewName(f.survey), name, roundDuration(time.Since(start)))
+		n, f.survey, s.Database()+"."+clickhouse.WideViewName(f.survey), name, daemon.RoundDuration(time.Since(start)))
 	return exitOK
 }

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/internal/diskfault"
-	"github.com/surveysync/surveysync/survey"
-	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // readyz returns /readyz's status code and body ("" and 0 when nothing

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/internal/zktest"
 	"github.com/surveysync/surveysync/sim"
@@ -31,7 +32,7 @@ type haDaemon struct {
 func (h *haDaemon) status() (ha.Status, error) {
 	var s ha.Status
 	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + h.metrics + haStatusPath)
+	resp, err := c.Get("http://" + h.metrics + daemon.HAStatusPath)
 	if err != nil {
 		return s, err
 	}
@@ -150,7 +151,6 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 		for rowsWritten(w) < before+200 { // the leader is writing
 			time.Sleep(50 * time.Millisecond)
 		}
-		at := rowsWritten(w)
 		t0 := time.Now()
 		leader.kill(t)
 		var next *haDaemon
@@ -164,7 +164,7 @@ func TestHAFailoverMidBackfillIsExact(t *testing.T) {
 		if l := leaderOf(t, ds, timeout+15*time.Second); l != next {
 			t.Fatalf("kill %d: %s leads, want %s", k, l.name, next.name)
 		}
-		at = rowsWritten(w)
+		at := rowsWritten(w)
 		for rowsWritten(w) <= at {
 			if time.Since(t0) > timeout+15*time.Second {
 				t.Fatalf("kill %d: no write %v after the leader was killed\n%s", k, time.Since(t0), tail(next.proc.output(), 30))

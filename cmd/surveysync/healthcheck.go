@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,7 +38,7 @@ func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	url := fs.String("url", "", "the URL to ask (default: http://<metrics.listen>/healthz)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
-		if err == pflag.ErrHelp {
+		if errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprint(stdout, healthcheckUsage+fs.FlagUsages())
 			return exitOK
 		}

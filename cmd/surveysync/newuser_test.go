@@ -80,7 +80,7 @@ func TestNewUserMistakes(t *testing.T) {
 		{name: "run: a missing csv folder", args: []string{"run", "--config", writeConfig(t, e, nil, csvFeed), "--exit-when-synced"}, code: exitFail,
 			stderr: []string{fmt.Sprintf("surveysync run: feed crm (feeds[0]): csv_dir.dir %s does not exist (create it, or point csv_dir.dir at the folder files are dropped into)", missing)}},
 		{name: "doctor: a feed's port is taken", args: []string{"doctor", "--config", writeConfig(t, e, nil, httpFeed)}, code: exitFail,
-			stdout: []string{fmt.Sprintf("      fix: pick a free address for feeds[1].http.listen or stop what holds the port")}},
+			stdout: []string{"      fix: pick a free address for feeds[1].http.listen or stop what holds the port"}},
 		{name: "doctor: a bad survey id", args: []string{"doctor", "--config", badSurveyPath}, code: exitFail,
 			stdout: []string{"FAIL  survey 999: not found (HTTP 404)", "ok    survey 100", "1 check(s) failed"}},
 		{name: "run --exit-when-synced: a bad survey id", args: []string{"run", "--config", badSurveyPath, "--exit-when-synced"}, code: exitFail,

@@ -25,9 +25,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 const (
@@ -119,7 +120,7 @@ func ptrTo[T any](v T) *T { return &v }
 func recordPushedContact(t *testing.T, cfg *config.Config) {
 	t.Helper()
 	ctx := context.Background()
-	wh, err := openWarehouse(ctx, cfg, newLogger(cfg, os.Stderr), prometheus.NewRegistry())
+	wh, err := daemon.OpenWarehouse(ctx, cfg, daemon.NewLogger(cfg, os.Stderr), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,35 +284,5 @@ ALL INNER JOIN (SELECT contact_id_hash, feed FROM %[1]s.pushed_contacts FINAL WH
 	}
 	if n := strings.TrimSpace(query(fmt.Sprintf("SELECT count() FROM %s.responses_current WHERE contact_id IS NOT NULL OR ip_address != ''", w.db))); n != "0" {
 		t.Errorf("%s responses keep a contact_id or an ip_address", n)
-	}
-}
-
-type fakeWebhookLog struct{ got []record.WebhookEvent }
-
-func (f *fakeWebhookLog) LogEvents(_ context.Context, evs []record.WebhookEvent) error {
-	f.got = append(f.got, evs...)
-	return nil
-}
-
-// The webhook log stores bodies with the field rules applied, whichever
-// command opened the warehouse.
-func TestPrivateWebhookLogBody(t *testing.T) {
-	cfg := config.Default()
-	cfg.Privacy.HashKey = config.Secret(privKey)
-	cfg.Privacy.Fields.ContactID = config.ActionHash
-	cfg.Privacy.Fields.IPAddress = config.ActionDrop
-	p, err := newPolicy(cfg)
-	if err != nil || p == nil {
-		t.Fatalf("newPolicy: %v %v", p, err)
-	}
-	f := &fakeWebhookLog{}
-	l := privateWebhookLog{f, p}
-	body := fmt.Sprintf(`{"event_name":"response_received","survey_id":4574,"contact_id":%d,"ip_address":%q}`, markerContact, markerIP)
-	if err := l.LogEvents(context.Background(), []record.WebhookEvent{{EventID: "e1", Body: body}}); err != nil {
-		t.Fatal(err)
-	}
-	got := f.got[0].Body
-	if strings.Contains(got, fmt.Sprint(markerContact)) || strings.Contains(got, markerIP) || !strings.Contains(got, hmacHex(fmt.Sprint(markerContact))) {
-		t.Errorf("logged body %s", got)
 	}
 }

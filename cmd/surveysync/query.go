@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"sort"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/survey"
 )
 
 type queryFlags struct {
@@ -52,26 +52,14 @@ func query(ctx context.Context, cfg *config.Config, q queryFlags, stdout, stderr
 	return exitOK
 }
 
-type surveyCount struct {
-	id       int64
-	name     string
-	byStatus map[string]int
-	current  int
-	deleted  int
-}
-
 var statusOrder = []string{survey.StatusCompleted, survey.StatusDisqualified, survey.StatusQuotaFull, survey.StatusPartial}
 
 func printCounts(w io.Writer, cur *parquet.Current) {
-	pc, total := cur.Counts()
-	counts := make([]surveyCount, len(pc))
-	for i, c := range pc {
-		counts[i] = surveyCount{id: c.SurveyID, name: c.Name, byStatus: c.ByStatus, current: c.Current, deleted: c.Deleted}
-	}
+	counts, total := cur.Counts()
 	writeCounts(w, counts, total, true)
 }
 
-func writeCounts(w io.Writer, counts []surveyCount, total int, withDeleted bool) {
+func writeCounts(w io.Writer, counts []parquet.SurveyCount, total int, withDeleted bool) {
 	fmt.Fprintf(w, "current responses (latest version of each, deleted excluded): %d\n\n", total)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprint(tw, "SURVEY\tNAME")
@@ -84,17 +72,17 @@ func writeCounts(w io.Writer, counts []surveyCount, total int, withDeleted bool)
 	}
 	fmt.Fprintln(tw)
 	for _, sc := range counts {
-		name := sc.name
+		name := sc.Name
 		if name == "" {
 			name = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s", sc.id, name)
+		fmt.Fprintf(tw, "%d\t%s", sc.SurveyID, name)
 		for _, s := range statusOrder {
-			fmt.Fprintf(tw, "\t%d", sc.byStatus[s])
+			fmt.Fprintf(tw, "\t%d", sc.ByStatus[s])
 		}
-		fmt.Fprintf(tw, "\t%d", sc.current)
+		fmt.Fprintf(tw, "\t%d", sc.Current)
 		if withDeleted {
-			fmt.Fprintf(tw, "\t%d", sc.deleted)
+			fmt.Fprintf(tw, "\t%d", sc.Deleted)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -117,57 +105,22 @@ func printSample(w io.Writer, cur *parquet.Current, n int) {
 	tw.Flush()
 }
 
-// queryClickHouse counts responses_current per survey and status.
+// queryClickHouse prints responses_current's counts per survey and status
+// (daemon.CurrentCounts).
 func queryClickHouse(ctx context.Context, cfg *config.Config, q queryFlags, stdout, stderr io.Writer) int {
-	log := newLogger(cfg, stderr)
-	wh, err := openWarehouse(ctx, cfg, log, prometheus.NewRegistry())
+	log := daemon.NewLogger(cfg, stderr)
+	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync query:", err)
 		return exitFail
 	}
 	defer wh.Close()
-	inv := wh.Inventory()
-	if inv == nil {
-		fmt.Fprintln(stderr, "surveysync query: the warehouse keeps no inventory of current responses")
+	counts, total, err := daemon.CurrentCounts(ctx, wh, q.survey)
+	if err != nil {
+		fmt.Fprintln(stderr, "surveysync query:", err)
 		return exitFail
 	}
-	ids := map[int64]string{}
-	if q.survey != 0 {
-		ids[q.survey] = ""
-	} else {
-		states, err := wh.LoadStates(ctx)
-		if err != nil {
-			fmt.Fprintln(stderr, "surveysync query:", err)
-			return exitFail
-		}
-		for _, s := range states {
-			ids[s.SurveyID] = ""
-		}
-	}
-	if surveys, err := wh.LoadSurveys(ctx); err == nil {
-		for _, s := range surveys {
-			if _, ok := ids[s.SurveyID]; ok {
-				ids[s.SurveyID] = s.Name
-			}
-		}
-	}
 	fmt.Fprintf(stdout, "%s\n\n", wh)
-	var counts []surveyCount
-	total := 0
-	for id, name := range ids {
-		cur, err := inv.CurrentResponses(ctx, id)
-		if err != nil {
-			fmt.Fprintln(stderr, "surveysync query:", err)
-			return exitFail
-		}
-		sc := surveyCount{id: id, name: name, byStatus: map[string]int{}, current: len(cur)}
-		for _, s := range cur {
-			sc.byStatus[s]++
-		}
-		total += len(cur)
-		counts = append(counts, sc)
-	}
-	sort.Slice(counts, func(i, j int) bool { return counts[i].id < counts[j].id })
 	writeCounts(stdout, counts, total, false)
 	fmt.Fprintf(stdout, "\nmore: clickhouse-client --query 'SELECT * FROM %s.responses_current LIMIT 5'\n", cfg.ClickHouse.Database)
 	return exitOK

@@ -10,6 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // userEnv is the environment of the new user's shell: no SURVEYSYNC_
@@ -49,8 +50,8 @@ func runBin(t *testing.T, dir string, env []string, args ...string) (int, string
 	err := cmd.Run()
 	code := 0
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
 			t.Fatalf("surveysync %v: %v", args, err)
 		}
 		code = ee.ExitCode()

@@ -4,6 +4,7 @@ package main
 // runs (issue 22, item 3), through the real binary.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,7 +55,7 @@ func runCLIBin(t *testing.T, args ...string) (string, int) {
 	cmd.Env = cliEnv()
 	out, err := cmd.CombinedOutput()
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)

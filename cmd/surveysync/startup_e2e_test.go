@@ -5,6 +5,7 @@ package main
 // through the real binary.
 
 import (
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -35,8 +36,8 @@ func TestRejectedTokenEndsExitWhenSynced(t *testing.T) {
 		<-done
 		t.Fatalf("run --exit-when-synced with a rejected token did not exit in 60 s:\n%s", tail(string(out), 20))
 	}
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != exitFail {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFail {
 		t.Fatalf("exit: %v, want 1\n%s", err, tail(string(out), 20))
 	}
 	for _, want := range []string{"rejects the API token", "HTTP 401", "SURVEYSYNC_API__TOKEN"} {
@@ -77,7 +78,7 @@ func TestClickHouseHTTPPortIsNamed(t *testing.T) {
 		cmd := exec.Command(binPath, args...)
 		cmd.Env = cliEnv()
 		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFail {
+		if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != exitFail {
 			t.Errorf("%s: exit %v, want 1\n%s", args[0], err, tail(string(out), 20))
 		}
 		for _, want := range []string{httpAddr + " is ClickHouse's HTTP interface", "native port"} {

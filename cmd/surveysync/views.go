@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 )
 
@@ -28,8 +29,8 @@ func views(ctx context.Context, cfg *config.Config, f viewsFlags, stdout, stderr
 		fmt.Fprintln(stderr, "surveysync views: clickhouse.addr is empty: wide views live in ClickHouse (for Parquet output, see docs/parquet.md)")
 		return exitConfig
 	}
-	log := newLogger(cfg, stderr)
-	s, err := clickhouse.Open(ctx, clickhouseOptions(cfg, log, prometheus.NewRegistry()))
+	log := daemon.NewLogger(cfg, stderr)
+	s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync views:", err)
 		return exitFail

@@ -3,40 +3,80 @@ package blob
 import (
 	"context"
 	"fmt"
-	"io"
-
-	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/survey"
 )
 
-// DeleteResponse removes every object stored for one response (the keys
-// under surveys/{survey_id}/responses/{response_id}/) and returns how many
-// it removed. Objects already gone count as removed by someone else: a
-// second call removes nothing and succeeds (erasure, docs/privacy.md).
-func (s *Store) DeleteResponse(ctx context.Context, surveyID int64, responseID survey.GUID) (int, error) {
-	prefix := files.FileRef{SurveyID: surveyID, ResponseID: responseID}.Key() // ends in "/"
-	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
-	n := 0
-	for {
-		obj, err := it.Next(ctx)
-		if err == io.EOF {
-			return n, nil
-		}
+// MarkDeleted queues the marking of a deleted response's files (and their
+// removal from the store when DeleteWithResponse is on); it never blocks.
+// Run does the work and retries it until it succeeds.
+func (c *Copier) MarkDeleted(surveyID int64, responseID survey.GUID) {
+	c.recentMu.Lock()
+	if len(c.deleted) >= maxRecent {
+		clear(c.deleted)
+	}
+	c.deleted[files.FileRef{SurveyID: surveyID, ResponseID: responseID}.Key()] = true
+	c.recentMu.Unlock()
+	c.q.dropResponse(surveyID, responseID)
+	c.q.push(task{del: true, ref: files.FileRef{SurveyID: surveyID, ResponseID: responseID}}, nil)
+}
+
+// markDeleted records every file of the response as deleted: the files in
+// the index and the objects under its prefix; it removes the objects when
+// DeleteWithResponse is on.
+func (c *Copier) markDeleted(ctx context.Context, surveyID int64, responseID survey.GUID) error {
+	byID := map[survey.GUID]files.Record{}
+	if c.idx != nil {
+		recs, err := c.idx.FilesOf(ctx, surveyID, responseID)
 		if err != nil {
-			return n, fmt.Errorf("list %s: %w", s.ObjectURL(prefix), err)
+			return fmt.Errorf("list files of response %s in the index: %w", responseID, err)
 		}
-		if obj.IsDir {
+		for _, r := range recs {
+			byID[r.FileID] = r
+		}
+	}
+	prefix := files.FileRef{SurveyID: surveyID, ResponseID: responseID}.Key() // ends in "/"
+	objs, err := c.st.List(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", c.st.ObjectURL(prefix), err)
+	}
+	keys := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		keys = append(keys, obj.Key)
+		id, perr := survey.ParseGUID(obj.Key[len(prefix):])
+		if perr != nil {
+			continue // not ours
+		}
+		if _, ok := byID[id]; !ok {
+			byID[id] = files.Record{
+				FileRef:   files.FileRef{SurveyID: surveyID, ResponseID: responseID, FileID: id},
+				ObjectURL: c.st.ObjectURL(obj.Key), Size: obj.Size,
+			}
+		}
+	}
+	if c.o.DeleteWithResponse {
+		for _, k := range keys {
+			if err := c.st.Delete(ctx, k); err != nil {
+				return fmt.Errorf("delete %s: %w", c.st.ObjectURL(k), err)
+			}
+		}
+	}
+	now := c.o.Now()
+	for _, r := range byID {
+		if r.Deleted {
 			continue
 		}
-		if err := s.bucket.Delete(ctx, obj.Key); err != nil {
-			if gcerrors.Code(err) == gcerrors.NotFound {
-				continue
-			}
-			return n, fmt.Errorf("delete %s: %w", s.ObjectURL(obj.Key), err)
-		}
-		n++
+		r.Deleted, r.StoredAt, r.Version = true, now, 0
+		c.m.deleted.Inc()
+		c.record(r)
 	}
+	return nil
+}
+
+// wasDeleted reports whether this run saw ref's response deleted.
+func (c *Copier) wasDeleted(ref files.FileRef) bool {
+	c.recentMu.Lock()
+	defer c.recentMu.Unlock()
+	return c.deleted[files.FileRef{SurveyID: ref.SurveyID, ResponseID: ref.ResponseID}.Key()]
 }

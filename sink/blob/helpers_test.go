@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob/blobtest"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // ---- a file server shaped like spec §4.5 ----
@@ -202,7 +202,7 @@ func guid(prefix uint32, n int) survey.GUID {
 // readSHA reads an object back and hashes it.
 func readSHA(t testing.TB, st *Store, key string) (string, int64) {
 	t.Helper()
-	r, err := st.Bucket().NewReader(context.Background(), key, nil)
+	r, err := st.NewReader(context.Background(), key)
 	if err != nil {
 		t.Fatalf("read %s: %v", key, err)
 	}

@@ -53,18 +53,16 @@ func (s *spool) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Reader returns the spooled bytes from the start.
-func (s *spool) Reader() (io.Reader, error) {
+// ReaderAt returns the spooled bytes (the temporary file, or the memory
+// buffer); it is valid until Close.
+func (s *spool) ReaderAt() io.ReaderAt {
 	if s.f != nil {
-		if _, err := s.f.Seek(0, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("spool %s: %w", s.f.Name(), err)
-		}
-		return s.f, nil
+		return s.f
 	}
 	if s.buf == nil {
-		return bytes.NewReader(nil), nil
+		return bytes.NewReader(nil)
 	}
-	return bytes.NewReader(s.buf.Bytes()), nil
+	return bytes.NewReader(s.buf.Bytes())
 }
 
 func (s *spool) release() {

@@ -1,29 +1,22 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/url"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
-	gcaws "gocloud.dev/aws"
-	"gocloud.dev/blob"
-	"gocloud.dev/blob/fileblob"
-	"gocloud.dev/blob/s3blob"
 )
 
-// Metadata keys written on every stored object (lower case: gocloud folds
-// keys). Values are UTF-8; on S3 gocloud percent-encodes each value
-// (url.PathEscape) so that headers stay ASCII, and decodes it on read.
+// Metadata keys written on every stored object (lower case: S3 folds
+// header names). Values are UTF-8; on S3 each value is percent-encoded
+// (url.PathEscape) so that headers stay ASCII, and decoded on read.
 const (
 	MetaSHA256     = "sha256"      // lower-case hex SHA-256 of the object's bytes
 	MetaSize       = "size"        // decimal byte count
@@ -34,10 +27,28 @@ const (
 	MetaFileID     = "file-id"     // lower-case GUID
 )
 
+// ErrNotExist is matched by the error of an operation on an object that is
+// not in the store.
+var ErrNotExist = errors.New("object does not exist")
+
+// Attributes describe a stored object.
+type Attributes struct {
+	Size               int64
+	ContentType        string
+	ContentDisposition string
+	Metadata           map[string]string // keys lower case, values decoded (UTF-8)
+}
+
+// Object is one entry of a listing.
+type Object struct {
+	Key  string
+	Size int64
+}
+
 // StoreOptions says where objects go.
 type StoreOptions struct {
-	// URL of the bucket: file:///abs/dir (created when missing),
-	// s3://bucket?region=…&endpoint=…&use_path_style=true, …. Empty means
+	// URL of the bucket: file:///abs/dir (created when missing) or
+	// s3://bucket?region=…&endpoint=…&use_path_style=true. Empty means
 	// DefaultURL(DataDir).
 	URL string
 	// DataDir is the daemon's data folder; the default store is its "files"
@@ -51,14 +62,34 @@ type StoreOptions struct {
 	SessionToken string
 }
 
-// Store is an opened bucket plus the URL prefix that names its objects.
-type Store struct {
-	bucket *blob.Bucket
-	base   string // scheme://host/path without query, no trailing slash
-	name   string // bucket name (URL host)
+// backend is one kind of object store. put commits the object only when
+// it returns nil: a failed or cancelled put leaves nothing under key.
+type backend interface {
+	attributes(ctx context.Context, key string) (Attributes, error)
+	put(ctx context.Context, key string, body io.ReaderAt, size int64, a Attributes, p parts) error
+	open(ctx context.Context, key string) (io.ReadCloser, error)
+	list(ctx context.Context, prefix string) ([]Object, error)
+	remove(ctx context.Context, key string) error
+	close() error
 }
 
-func (s *Store) bucketName() string { return s.name }
+// parts shapes uploads that go up in parts (S3 objects over singlePutMax).
+type parts struct {
+	size        int64
+	concurrency int
+}
+
+// Defaults of parts: S3's minimum part size, two parts at once.
+const (
+	defaultPartSize        = 5 << 20
+	defaultPartConcurrency = 2
+)
+
+// Store is an opened bucket plus the URL prefix that names its objects.
+type Store struct {
+	b    backend
+	base string // scheme://host/path without query, no trailing slash
+}
 
 // DefaultURL is the store used when files.url is empty: dataDir/files.
 func DefaultURL(dataDir string) (string, error) {
@@ -72,9 +103,17 @@ func DefaultURL(dataDir string) (string, error) {
 	return "file://" + filepath.ToSlash(abs), nil
 }
 
-// OpenStore opens the bucket at o.URL. Supported schemes: file and s3 (with
-// any S3-compatible server: endpoint, region and path style come from the
-// URL). gs:// and azblob:// URLs are not compiled in (see docs/files.md).
+// unsupportedScheme is the explanation given for a files.url whose scheme
+// is not file or s3 (gs://, azblob://, …); config says the same.
+func unsupportedScheme(scheme string) string {
+	return fmt.Sprintf("scheme %q is not supported: surveysync stores files in a local folder (file:///abs/dir) or in S3-compatible storage (s3://bucket?region=…); "+
+		"for Google Cloud Storage use its S3-compatible endpoint (s3://bucket?endpoint=https://storage.googleapis.com&region=auto with HMAC keys), "+
+		"for Azure Blob Storage an S3-compatible gateway such as versitygw's azure backend (see docs/files.md)", scheme)
+}
+
+// OpenStore opens the bucket at o.URL: file:// or s3:// (with any
+// S3-compatible server: endpoint, region and path style come from the
+// URL; docs/files.md lists the parameters).
 func OpenStore(ctx context.Context, o StoreOptions) (*Store, error) {
 	raw := o.URL
 	if raw == "" {
@@ -87,113 +126,20 @@ func OpenStore(ctx context.Context, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blob: files url: %w", redactURLError(err))
 	}
-	var b *blob.Bucket
+	var b backend
 	switch u.Scheme {
-	case fileblob.Scheme:
-		b, err = openFile(ctx, u)
-	case s3blob.Scheme:
+	case "file":
+		b, err = openFile(u)
+	case "s3":
 		b, err = openS3(ctx, u, o)
-	case "gs", "azblob":
-		return nil, fmt.Errorf("blob: files url scheme %q is not compiled into this build (file and s3 are); see docs/files.md", u.Scheme)
 	default:
-		return nil, fmt.Errorf("blob: files url %q: unsupported scheme %q (want file:// or s3://)", u.Redacted(), u.Scheme)
+		return nil, fmt.Errorf("blob: files url %q: %s", u.Redacted(), unsupportedScheme(u.Scheme))
 	}
 	if err != nil {
 		return nil, err
 	}
 	base := u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/")
-	return &Store{bucket: b, base: base, name: u.Host}, nil
-}
-
-// NewStore wraps an already opened bucket; base is the URL prefix used in
-// object_url (e.g. "s3://bucket").
-func NewStore(b *blob.Bucket, base string) *Store {
-	name := ""
-	if u, err := url.Parse(base); err == nil {
-		name = u.Host
-	}
-	return &Store{bucket: b, base: strings.TrimSuffix(base, "/"), name: name}
-}
-
-func openFile(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
-	if u.Path == "" || !filepath.IsAbs(filepath.FromSlash(u.Path)) {
-		return nil, fmt.Errorf("blob: files url %q: file:// needs an absolute path (file:///data/files)", u.String())
-	}
-	q := u.Query()
-	opts := &fileblob.Options{CreateDir: true, NoTempDir: true, DirFileMode: 0o750}
-	for k := range q {
-		switch k {
-		case "create_dir", "no_tmp_dir":
-		default:
-			return nil, fmt.Errorf("blob: files url %q: unknown query parameter %q", u.String(), k)
-		}
-	}
-	b, err := fileblob.OpenBucket(filepath.FromSlash(u.Path), opts)
-	if err != nil {
-		return nil, fmt.Errorf("blob: open %s: %w", u.String(), err)
-	}
-	return b, nil
-}
-
-// openS3 mirrors s3blob's URL opener (the same query parameters) and adds
-// static credentials from the options.
-func openS3(ctx context.Context, u *url.URL, o StoreOptions) (*blob.Bucket, error) {
-	if u.Host == "" {
-		return nil, fmt.Errorf("blob: files url %q: s3:// needs a bucket name", u.Redacted())
-	}
-	q := u.Query()
-	var s3opts []func(*s3.Options)
-	var bopts s3blob.Options
-	for k, vs := range q {
-		v := vs[0]
-		switch k {
-		case "use_path_style", "s3ForcePathStyle", "disable_https", "accelerate":
-			on, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, fmt.Errorf("blob: files url: invalid %s=%q: want true or false", k, v)
-			}
-			switch k {
-			case "use_path_style", "s3ForcePathStyle":
-				s3opts = append(s3opts, func(o *s3.Options) { o.UsePathStyle = on })
-			case "disable_https":
-				s3opts = append(s3opts, func(o *s3.Options) { o.EndpointOptions.DisableHTTPS = on })
-			case "accelerate":
-				s3opts = append(s3opts, func(o *s3.Options) { o.UseAccelerate = on })
-			}
-		case "ssetype":
-			var ok bool
-			for _, t := range s3types.ServerSideEncryptionAes256.Values() {
-				if strings.EqualFold(string(t), v) {
-					bopts.EncryptionType, ok = t, true
-				}
-			}
-			if !ok {
-				return nil, fmt.Errorf("blob: files url: invalid ssetype=%q", v)
-			}
-		case "kmskeyid":
-			bopts.KMSEncryptionID = v
-		default:
-			continue
-		}
-		q.Del(k)
-	}
-	cfg, err := gcaws.V2ConfigFromURLParams(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("blob: files url %q: %w", u.Redacted(), err)
-	}
-	switch {
-	case o.AccessKey != "" && o.SecretKey != "":
-		cfg.Credentials = aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(o.AccessKey, o.SecretKey, o.SessionToken))
-	case o.AccessKey != "" || o.SecretKey != "":
-		return nil, errors.New("blob: s3 credentials: access key and secret key must be set together")
-	}
-	bopts.RequestChecksumCalculation = cfg.RequestChecksumCalculation
-	client := s3.NewFromConfig(cfg, s3opts...)
-	b, err := s3blob.OpenBucket(ctx, client, u.Host, &bopts)
-	if err != nil {
-		return nil, fmt.Errorf("blob: open s3 bucket %q: %w", u.Host, err)
-	}
-	return b, nil
+	return &Store{b: b, base: base}, nil
 }
 
 func redactURLError(err error) error {
@@ -204,14 +150,109 @@ func redactURLError(err error) error {
 	return err
 }
 
-// Bucket is the opened bucket.
-func (s *Store) Bucket() *blob.Bucket { return s.bucket }
+// checkKey refuses keys that could leave the bucket or clash with the
+// store's own files.
+func checkKey(key string) error {
+	switch {
+	case key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/"):
+		return fmt.Errorf("blob: invalid object key %q", key)
+	case strings.HasSuffix(key, attrsExt) || strings.HasSuffix(key, tmpExt):
+		return fmt.Errorf("blob: object key %q: the suffixes %s and %s are reserved", key, attrsExt, tmpExt)
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "\\\x00") {
+			return fmt.Errorf("blob: invalid object key %q", key)
+		}
+	}
+	return nil
+}
+
+// Attributes reads what the store knows about the object at key; the
+// error matches ErrNotExist when there is none.
+func (s *Store) Attributes(ctx context.Context, key string) (Attributes, error) {
+	if err := checkKey(key); err != nil {
+		return Attributes{}, err
+	}
+	return s.b.attributes(ctx, key)
+}
+
+// Put stores size bytes of body under key with a's content type,
+// disposition and metadata (a.Size is ignored). The object appears only
+// complete: on any error nothing is under key (an existing object stays
+// as it was).
+func (s *Store) Put(ctx context.Context, key string, body io.ReaderAt, size int64, a Attributes) error {
+	return s.put(ctx, key, body, size, a, parts{})
+}
+
+func (s *Store) put(ctx context.Context, key string, body io.ReaderAt, size int64, a Attributes, p parts) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if p.size <= 0 {
+		p.size = defaultPartSize
+	}
+	if p.concurrency <= 0 {
+		p.concurrency = defaultPartConcurrency
+	}
+	return s.b.put(ctx, key, body, size, a, p)
+}
+
+// NewReader opens the object at key; the error matches ErrNotExist when
+// there is none. The caller closes the reader.
+func (s *Store) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	return s.b.open(ctx, key)
+}
+
+// List returns the objects whose keys start with prefix.
+func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
+	return s.b.list(ctx, prefix)
+}
+
+// Delete removes the object at key. A missing object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := s.b.remove(ctx, key); err != nil && !errors.Is(err, ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Check writes a small object under surveysync-doctor/, reads it back and
+// deletes it (surveysync doctor).
+func (s *Store) Check(ctx context.Context) error {
+	key := fmt.Sprintf("surveysync-doctor/%d", time.Now().UnixNano())
+	body := []byte("ok")
+	if err := s.Put(ctx, key, bytes.NewReader(body), int64(len(body)), Attributes{ContentType: "text/plain"}); err != nil {
+		return fmt.Errorf("write %s: %w", s.ObjectURL(key), err)
+	}
+	r, err := s.NewReader(ctx, key)
+	if err == nil {
+		var got []byte
+		got, err = io.ReadAll(r)
+		r.Close()
+		if err == nil && !bytes.Equal(got, body) {
+			err = fmt.Errorf("read %q, wrote %q", got, body)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("read back %s: %w", s.ObjectURL(key), err)
+	}
+	if err := s.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete %s: %w", s.ObjectURL(key), err)
+	}
+	return nil
+}
 
 // ObjectURL names key in the store, e.g. s3://bucket/surveys/1/… .
 func (s *Store) ObjectURL(key string) string { return s.base + "/" + key }
 
-// Close closes the bucket.
-func (s *Store) Close() error { return s.bucket.Close() }
+// Close releases the store.
+func (s *Store) Close() error { return s.b.close() }
 
 // contentDisposition builds an RFC 6266 attachment header carrying name: an
 // ASCII fallback in filename= and the UTF-8 name in filename*= (RFC 5987

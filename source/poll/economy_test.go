@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Overlap re-reads of responses written at the same status fetch nothing:

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -14,7 +14,7 @@ const tokenFix = "check api.token (SURVEYSYNC_API__TOKEN) and api.base_url; the 
 // errTokenRejected is the error of a one-shot run whose token the service
 // rejects (401): nothing can be read, so waiting cannot end it.
 func errTokenRejected(c *surveyapi.Client) error {
-	return fmt.Errorf("the service rejects the API token: %v: nothing can be synced; fix: %s", c.LastAuthError(), tokenFix)
+	return fmt.Errorf("the service rejects the API token: %w: nothing can be synced; fix: %s", c.LastAuthError(), tokenFix)
 }
 
 // watchToken ends a one-shot run (--exit-when-synced) once the service has

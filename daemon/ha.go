@@ -1,10 +1,9 @@
-package main
+package daemon
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -14,12 +13,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/internal/ha"
 )
 
-// haStatusPath serves the election's state (ha.Status) as JSON on the
+// HAStatusPath serves the election's state (ha.Status) as JSON on the
 // metrics listener, for surveysync status; 404 without ha.
-const haStatusPath = "/status/ha"
+const HAStatusPath = "/status/ha"
 
 // newElector builds the elector of ha.servers; nil without them.
 func newElector(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*ha.Elector, error) {
@@ -46,6 +46,10 @@ func newElector(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer)
 	return e, nil
 }
 
+// leaderRestartWait is how long a leader waits before it starts its failed
+// leader work again (a fixed wait: the log line names it).
+const leaderRestartWait = 5 * time.Second
+
 // leading reports whether this daemon does leader work now: always without
 // ha.
 func (d *parts) leading() bool { return d.elector == nil || d.elector.Leading() }
@@ -65,10 +69,7 @@ func (d *parts) runLeaderWork(ctx context.Context) error {
 				return
 			}
 			d.log.Error("ha: leader work failed; started again in 5s while this daemon leads", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(5 * time.Second):
-			}
+			_ = backoff.Sleep(ctx, leaderRestartWait)
 		}
 	})
 }
@@ -85,9 +86,9 @@ func (d *parts) leaderWork(ctx context.Context, withCopier bool) error {
 	return g.Wait()
 }
 
-// serveHAStatus adds haStatusPath to the metrics mux.
+// serveHAStatus adds HAStatusPath to the metrics mux.
 func serveHAStatus(mux *http.ServeMux, e *ha.Elector) {
-	mux.HandleFunc("GET "+haStatusPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+HAStatusPath, func(w http.ResponseWriter, r *http.Request) {
 		if e == nil {
 			http.Error(w, "no ha", http.StatusNotFound)
 			return
@@ -95,53 +96,4 @@ func serveHAStatus(mux *http.ServeMux, e *ha.Elector) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(e.Status())
 	})
-}
-
-// printHA adds the election to surveysync status, as the daemon on
-// metrics.listen sees it; nothing without ha.
-func printHA(ctx context.Context, w io.Writer, cfg *config.Config) {
-	if !cfg.HA.Enabled() {
-		return
-	}
-	fmt.Fprintf(w, "\nhigh availability (root %s):\n", cfg.HARoot())
-	s, err := daemonHA(ctx, cfg.Metrics.Listen)
-	if err != nil {
-		fmt.Fprintf(w, "  the daemon on metrics.listen (%s) does not answer: %v\n", cfg.Metrics.Listen, err)
-		return
-	}
-	role := "follower"
-	if s.Leading {
-		role = "LEADER"
-	}
-	fmt.Fprintf(w, "  this instance: %s (%s)\n", s.Instance, role)
-	switch {
-	case s.Leader == "":
-		fmt.Fprintln(w, "  leader: none known (election in progress, or ZooKeeper unreachable)")
-	case !s.Since.IsZero():
-		fmt.Fprintf(w, "  leader: %s since %s (%s ago)\n", s.Leader, s.Since.Format(time.RFC3339), time.Since(s.Since).Round(time.Second))
-	default:
-		fmt.Fprintf(w, "  leader: %s\n", s.Leader)
-	}
-}
-
-func daemonHA(ctx context.Context, addr string) (ha.Status, error) {
-	var s ha.Status
-	if addr == "" {
-		return s, fmt.Errorf("metrics.listen is empty")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+haStatusPath, nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("%s: %s", haStatusPath, resp.Status)
-	}
-	return s, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&s)
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -6,16 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	gblob "gocloud.dev/blob"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func openBlobStore(ctx context.Context, cfg *config.Config) (*blob.Store, error) {
@@ -74,15 +72,5 @@ func checkBlob(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	defer bs.Close()
-	key := fmt.Sprintf("surveysync-doctor/%d", time.Now().UnixNano())
-	if err := bs.Bucket().WriteAll(ctx, key, []byte("ok"), &gblob.WriterOptions{ContentType: "text/plain"}); err != nil {
-		return fmt.Errorf("write %s: %w", key, err)
-	}
-	if _, err := bs.Bucket().ReadAll(ctx, key); err != nil {
-		return fmt.Errorf("read back %s: %w", key, err)
-	}
-	if err := bs.Bucket().Delete(ctx, key); err != nil {
-		return fmt.Errorf("delete %s: %w", key, err)
-	}
-	return nil
+	return bs.Check(ctx)
 }

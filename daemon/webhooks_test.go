@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -18,11 +18,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/webhookrx"
+)
+
+// The translation of the configuration into the components' options:
+// the log, the API client, the warehouse, the ClickHouse sink, the webhook
+// receiver and the poller's reconcile interval.
+
+// NewLogger is the log of a command, as log.level and log.format say.
+func NewLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// NewClient is the API client of api:.
+func NewClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*surveyapi.Client, error) {
+	return surveyapi.New(surveyapi.Options{
+		BaseURL:        cfg.API.BaseURL.Value(),
+		Token:          cfg.API.Token.Value(),
+		UserAgent:      cfg.API.UserAgent,
+		MaxConcurrency: cfg.API.MaxConcurrency,
+		RateLimit:      cfg.API.RateLimit,
+		Timeout:        cfg.API.Timeout,
+		MaxRetries:     cfg.API.MaxRetries,
+		QuotaPause:     cfg.API.QuotaPause,
+		Logger:         log.With("component", "api"),
+		Registerer:     reg,
+	})
+}
+
+// OpenWarehouse opens ClickHouse when configured, else the Parquet
+// directory, with the privacy rules of its webhook log and feed ledger.
+func OpenWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
+	p, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	wh, err := openBackend(ctx, cfg, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return withPrivacy(wh, p), nil
+}
+
+// openBackend opens the warehouse's backend (OpenWarehouse adds the
+// privacy rules of its webhook log and feed ledger).
+func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
+	if len(cfg.ClickHouse.Addr) > 0 {
+		return clickhouse.OpenWarehouse(ctx, ClickHouseOptions(cfg, log, reg))
+	}
+	dir, err := filepath.Abs(cfg.Parquet.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
+}
+
+// ClickHouseOptions maps the clickhouse section of the configuration onto
+// the sink's options.
+func ClickHouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) clickhouse.Options {
+	return clickhouse.Options{
+		Addr:            cfg.ClickHouse.Addr,
+		Database:        cfg.ClickHouse.Database,
+		Username:        cfg.ClickHouse.Username,
+		Password:        cfg.ClickHouse.Password.Value(),
+		Cluster:         cfg.ClickHouse.Cluster,
+		Secure:          cfg.ClickHouse.Secure,
+		DialTimeout:     cfg.ClickHouse.DialTimeout,
+		Unreplicated:    !cfg.ClickHouse.Replicated,
+		ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
+		DDLTimeout:      cfg.ClickHouse.DDLTimeout,
+		InsertQuorum:    cfg.ClickHouse.InsertQuorum,
+		Logger:          log.With("component", "clickhouse"),
+		Registerer:      reg,
+	}
+}
+
+// newReceiver builds the webhook receiver; it logs events in the
+// warehouse's webhook log when the warehouse has one.
+func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Processor, log *slog.Logger, reg prometheus.Registerer) (*webhookrx.Receiver, error) {
+	w := cfg.Webhooks
+	return webhookrx.New(webhookrx.Options{
+		Listen:                 w.Listen,
+		Path:                   w.Path.Value(),
+		BasicAuthUser:          w.BasicAuth.Username,
+		BasicAuthPassword:      w.BasicAuth.Password.Value(),
+		AllowCIDRs:             w.AllowCIDRs,
+		StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
+		RequireSignature:       w.RequireSignature,
+		SignatureTolerance:     w.SignatureTolerance,
+		MaxBodyBytes:           int64(w.MaxBodyBytes),
+		SpoolDir:               w.SpoolDir,
+		SpoolMaxEvents:         w.SpoolMaxEvents,
+		SpoolMaxBytes:          int64(w.SpoolMaxBytes),
+		Logger:                 log.With("component", "webhooks"),
+		Registerer:             reg,
+	}, p, wh.WebhookLog())
+}
+
+// reconcileInterval maps sync.reconcile_interval to poll's option: 0 in the
+// configuration disables reconcile, where poll takes 0 as its default and
+// a negative interval as "off".
+func reconcileInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}

@@ -1,0 +1,325 @@
+// Package daemon is surveysync's daemon: it translates the configuration
+// into components (components.go: the log, the API client, the warehouse,
+// the webhook receiver; feeds.go, blob.go, privacy.go, ha.go), wires them
+// to one another (assemble), and holds the policy between them: what a
+// webhook event means (webhooks.go), which surveys are polled (polling.go)
+// and the surveys table (surveys.go), what only the HA leader runs
+// (ha.go), and the metrics listener with its health and status endpoints
+// (metrics.go). Doctor (doctor.go) checks what Run needs; remote.go is the
+// client side of a running daemon's listener, for surveysync status.
+// cmd/surveysync parses the command line, calls into this package and
+// prints.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/ha"
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/sink/blob"
+	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/source/feed"
+	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/webhookrx"
+)
+
+// Options are what the command line adds to the configuration for Run.
+type Options struct {
+	// Version is the build's version, for the surveysync_build_info metric
+	// and the start line of the log.
+	Version string
+	// ExitWhenSynced stops the daemon once every survey is caught up (the
+	// poller's first pass ended and the file copier drained); it fails if
+	// a configured survey cannot be read, or the service rejects the token.
+	ExitWhenSynced bool
+	// OnSynced, with ExitWhenSynced, is called once every survey is caught
+	// up, before the daemon stops: synced responses in all, and where the
+	// data is (the warehouse's String).
+	OnSynced func(synced int64, where string)
+}
+
+// defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
+// is not set: the live heap of a sync is about 150 MiB at the default batch
+// size, and without a limit the collector lets the heap grow to twice that
+// before it runs (docs/architecture.md, "Memory").
+const defaultMemoryLimit = 256 << 20
+
+// Run is the daemon (surveysync run): it runs until ctx ends (SIGTERM),
+// then stops taking work and drains the pipeline for at most
+// shutdown.drain_timeout; with ExitWhenSynced, until every survey is
+// caught up. It changes cfg when it starts the built-in emulator (the API
+// section then points at it).
+func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Options) error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
+	reg := newRegistry(o.Version)
+
+	// Two contexts: intake stops on SIGTERM (sources stop reading), work is
+	// cancelled only after the drain timeout (the hard stop).
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(rootCtx))
+	defer cancelWork()
+	intakeCtx, cancelIntake := context.WithCancel(rootCtx)
+	defer cancelIntake()
+
+	// Services with their own lifetime (emulator, metrics server) stop last.
+	svc, svcCtx := errgroup.WithContext(workCtx)
+	defer func() { cancelWork(); _ = svc.Wait() }()
+
+	if cfg.Demo.Emulator.Enabled {
+		if _, err := startEmulator(svcCtx, svc, cfg, log); err != nil {
+			return err
+		}
+	}
+	client, err := NewClient(cfg, log, reg)
+	if err != nil {
+		return fmt.Errorf("api client: %w", err)
+	}
+	wh, err := OpenWarehouse(intakeCtx, cfg, log, reg)
+	if err != nil {
+		return fmt.Errorf("open sink: %w", err)
+	}
+	defer wh.Close()
+	d, err := assemble(intakeCtx, cfg, client, wh, log, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.close() }()
+	if cfg.Metrics.Listen != "" {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log); err != nil {
+			return err
+		}
+	}
+	log.Info("surveysync started", "version", o.Version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
+
+	work := d.startWork(workCtx)
+	intakeErr := d.runIntake(intakeCtx, cancelIntake, o)
+	if rootCtx.Err() != nil {
+		notifyStopping(log)
+		log.Info("stopping: intake closed, draining the pipeline", "drain_timeout", cfg.Shutdown.DrainTimeout)
+	}
+	d.pipe.CloseInput()
+	stop := time.AfterFunc(cfg.Shutdown.DrainTimeout, func() {
+		log.Warn("drain timeout reached: abandoning unwritten responses (they are read again at the next start)")
+		cancelWork()
+	})
+	workErr := work.Wait()
+	stop.Stop()
+	if intakeErr != nil {
+		return intakeErr
+	}
+	if workErr != nil && !errors.Is(workErr, context.Canceled) {
+		return workErr
+	}
+	log.Info("surveysync stopped cleanly")
+	return nil
+}
+
+func newRegistry(version string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "surveysync_build_info", Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	reg.MustRegister(buildInfo)
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	return reg
+}
+
+// parts are the daemon's components, wired to one warehouse. The optional
+// ones (copier, rx, feeds) are nil when not configured.
+type parts struct {
+	pipe    *pipeline.Pipeline
+	poller  *poll.Poller
+	book    *surveyBook
+	copier  *blob.Copier
+	rx      *webhookrx.Receiver
+	feeds   *feed.Runner
+	health  *health
+	elector *ha.Elector // nil without ha: this daemon leads
+	log     *slog.Logger
+	surveys []int64
+	where   string
+	close   func() error // closes the files store
+}
+
+// assemble builds the components: the files copier, the survey book, the
+// pipeline, the poller, the webhook receiver and the feed runner.
+func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) (d *parts, err error) {
+	// The one point where a fetched response enters the pipeline: every
+	// detail is transformed by the privacy rules before anything (rows,
+	// rejects, the file copier, logs) sees it.
+	policy, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, close: func() error { return nil }}
+	built := d // an error return sets d to nil
+	defer func() {
+		if err != nil {
+			_ = built.close()
+		}
+	}()
+	if d.elector, err = newElector(cfg, log, reg); err != nil {
+		return nil, err
+	}
+	if cfg.Files.Enabled {
+		copier, closeStore, err := newCopier(ctx, cfg, client, wh, log, reg)
+		if err != nil {
+			return nil, fmt.Errorf("files: %w", err)
+		}
+		d.copier, d.close = copier, closeStore
+	}
+	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
+		return nil, err
+	}
+	d.pipe = pipeline.New(pipeline.Options{
+		OnResponse:       d.onResponse,
+		FetchConcurrency: cfg.Sync.FetchConcurrency,
+		MaxRows:          cfg.Sync.Batch.MaxRows,
+		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
+		MaxDelay:         cfg.Sync.Batch.MaxDelay,
+		Rejects:          wh,
+		Logger:           log.With("component", "pipeline"),
+		Registerer:       reg,
+	}, policy.Fetcher(client), wh)
+	d.health.writes = d.pipe.WriteStatus
+	d.surveys = pollingSet(cfg, d.book)
+	d.poller = poll.New(poll.Options{
+		Surveys:               d.surveys,
+		Ended:                 d.book.ended(),
+		Webhooks:              cfg.Webhooks.Enabled,
+		MonthlyBudget:         cfg.API.MonthlyBudget,
+		CallCount:             func() int64 { return client.Stats().Total },
+		Statuses:              cfg.Sync.Statuses,
+		PollInterval:          cfg.Sync.PollInterval,
+		Overlap:               cfg.Sync.Overlap,
+		SettleLag:             cfg.Sync.SettleLag,
+		PartialLookback:       cfg.Sync.PartialLookback,
+		PartialRescanInterval: cfg.Sync.PartialRescan,
+		ReconcileInterval:     reconcileInterval(cfg.Sync.ReconcileInterval),
+		BackfillFrom:          cfg.Sync.BackfillFrom,
+		Unreadable:            surveyUnreadable,
+		Logger:                log.With("component", "poll"),
+		Registerer:            reg,
+	}, client, d.pipe, wh, wh.Inventory())
+	if cfg.Webhooks.Enabled {
+		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
+			return nil, fmt.Errorf("webhooks: %w", err)
+		}
+		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
+	}
+	if len(cfg.Feeds) > 0 {
+		for i, f := range cfg.Feeds {
+			if f.Type == config.FeedCSVDir {
+				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
+					return nil, fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
+				}
+			}
+		}
+		if d.feeds, err = NewFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
+			return nil, fmt.Errorf("feeds: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// onResponse is the pipeline's hook for every response it wrote: the poller
+// learns its status, the survey book the survey, the copier the files. The
+// poller is set before the pipeline runs.
+func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
+	// The poller need not fetch again what is written, whoever sent it.
+	if r == nil {
+		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
+		if d.copier != nil && d.leading() {
+			d.copier.MarkDeleted(surveyID, responseID)
+		}
+		return
+	}
+	d.poller.Observe(surveyID, responseID, r.ResponseStatus)
+	d.book.seen(surveyID, r.SurveyName)
+	if d.copier != nil && d.leading() { // a new leader's copier finds the others' files in the index
+		d.copier.HandleResponse(ctx, r)
+	}
+}
+
+// startWork starts the pipeline, which runs until its input is closed and
+// drained, and the copier and the survey book after it, until the pipeline
+// is done and the work context ends.
+func (d *parts) startWork(ctx context.Context) *errgroup.Group {
+	work, _ := errgroup.WithContext(ctx)
+	afterCtx, stopAfter := context.WithCancel(ctx)
+	work.Go(func() error {
+		defer stopAfter() // the pipeline hands over no more files
+		return d.pipe.Run(ctx)
+	})
+	if d.copier != nil && d.elector == nil { // with ha, the leader runs it (runLeaderWork)
+		work.Go(func() error { return d.copier.Run(afterCtx) })
+	}
+	work.Go(func() error { return d.book.run(afterCtx, 10*time.Second) })
+	return work
+}
+
+// runIntake runs the sources until SIGTERM, a fatal error of theirs, or
+// (with exitWhenSynced) the first full pass.
+func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Options) error {
+	intake, ctx := errgroup.WithContext(ctx)
+	intake.Go(func() error { notifyReady(ctx, d, d.log); return nil })
+	intake.Go(func() error { return d.runLeaderWork(ctx) })
+	if d.rx != nil {
+		intake.Go(func() error { return d.rx.Run(ctx) })
+	}
+	if o.ExitWhenSynced {
+		intake.Go(func() error { return watchToken(ctx, d.health.client) })
+		intake.Go(func() error {
+			if d.waitSynced(ctx) {
+				if failed := d.poller.FirstPassErrors(); len(failed) > 0 {
+					stop()
+					return errUnreadableSurveys(failed)
+				}
+				var n int64
+				for _, st := range d.poller.States() {
+					n += st.Synced
+				}
+				if o.OnSynced != nil {
+					o.OnSynced(n, d.where)
+				}
+				stop()
+			}
+			return nil
+		})
+	}
+	return intake.Wait()
+}
+
+// waitSynced reports whether the poller's first pass ended and the copier
+// drained before ctx did.
+func (d *parts) waitSynced(ctx context.Context) bool {
+	select {
+	case <-d.poller.FirstPassDone():
+	case <-ctx.Done():
+		return false
+	}
+	for d.copier != nil && !d.copier.Drained() {
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}

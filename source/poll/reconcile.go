@@ -1,0 +1,222 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/survey"
+)
+
+// reconcile lists every id of a survey in every stream and re-reads the
+// responses the two sides disagree on: in the warehouse but in no list (a
+// deletion), in a list but not in the warehouse (missed), or listed under
+// another status than the warehouse shows (a change the windows missed, such
+// as a late completion dated before the watermark's overlap). A quota-full
+// response, listed as quotafull but detailed as disqualified, is no change.
+func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
+	start := p.o.Now()
+	have, err := p.inv.CurrentResponses(ctx, surveyID)
+	if err != nil {
+		return fmt.Errorf("reconcile survey %d: read warehouse ids: %w", surveyID, err)
+	}
+	// The lists end a second after the pass started, as windows start a
+	// second early: whether the service's bounds are inclusive is not
+	// documented, and a response written before the pass must be listed.
+	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, listed: make(map[survey.GUID]struct{}, len(have))}
+	defer func() {
+		if errors.Is(err, errNotBelieved) {
+			p.spentDistrusted(d.calls)
+		}
+	}()
+	for _, stream := range p.o.Statuses {
+		if err := p.reconcileList(ctx, d, stream); err != nil {
+			return err
+		}
+	}
+	vanished := d.vanished()
+	ids := slices.Concat(vanished, d.missing, d.changed)
+	sts := slices.Concat(make([]string, len(vanished)), d.missingSt, d.changedSt)
+	if err := p.reread(ctx, surveyID, start, ids, sts); err != nil {
+		return err
+	}
+	p.m.reconciled.WithLabelValues("vanished").Add(float64(len(vanished)))
+	p.m.reconciled.WithLabelValues("missing").Add(float64(len(d.missing)))
+	p.m.reconciled.WithLabelValues("status_changed").Add(float64(len(d.changed)))
+	if len(vanished)+len(d.missing)+len(d.changed) > 0 {
+		p.o.Logger.Info("reconcile re-read responses", "survey_id", surveyID,
+			"vanished", len(vanished), "missing", len(d.missing), "status_changed", len(d.changed))
+	}
+	return nil
+}
+
+// reconcileDiff is what a reconcile pass found so far: the ids listed, and
+// those listed but missing from the warehouse or held there at another
+// status, each with the status it was listed at.
+type reconcileDiff struct {
+	survey int64
+	until  time.Time              // the lists' upper bound: a second after the pass started
+	have   map[survey.GUID]string // the warehouse's current responses
+	listed map[survey.GUID]struct{}
+	calls  int64 // list calls
+
+	missing, changed     []survey.GUID
+	missingSt, changedSt []string
+}
+
+// vanished returns the ids the warehouse holds that no list showed.
+func (d *reconcileDiff) vanished() []survey.GUID {
+	var out []survey.GUID
+	for id := range d.have {
+		if _, ok := d.listed[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// reconcileList lists every id of one stream into d, up to d.until (what
+// completed since is the windows' to read, and would move the total). If the stream's total changes while it is paged, a response may
+// have landed among the pages already read (a late response dated in the
+// past) or one may have left them: it is paged again, up to three passes,
+// each id compared once; still moving after three, it is compared as
+// listed. Before, such a response was missed until the next reconcile (a
+// poll cycle does not read behind its watermark's overlap).
+func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream string) error {
+	for attempt := 1; ; attempt++ {
+		var again map[survey.GUID]struct{} // the ids of a pass after the first
+		if attempt > 1 {
+			again = map[survey.GUID]struct{}{}
+		}
+		total, last, err := p.reconcilePass(ctx, d, stream, again)
+		if err != nil || last == total {
+			return err
+		}
+		if attempt >= 3 {
+			p.m.hostile.WithLabelValues(anomalyNames[anTotalUnstable]).Inc()
+			p.o.Logger.Info("reconcile: a list changed during each of 3 passes; compared as listed", "survey_id", d.survey,
+				"stream", stream, "total_before", total, "total_after", last)
+			return nil
+		}
+		p.o.Logger.Info("reconcile: a list changed while paged; paging it again", "survey_id", d.survey, "stream", stream,
+			"total_before", total, "total_after", last)
+	}
+}
+
+// reconcilePass pages one stream once into d and returns the totals its
+// first and last pages claimed. A claim of more than MaxReconcileResponses,
+// or pages beyond the cap, fail with errNotBelieved; a page adding no id
+// new to the pass ends it. A pass after the first collects its ids in
+// again (a second id set, only while a list moves); the first needs none.
+func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream string, again map[survey.GUID]struct{}) (first, last int, err error) {
+	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
+	limit := absolute
+	for page := 1; ; page++ {
+		q := survey.ListQuery{Page: page, PerPage: p.o.PerPage, Status: stream}
+		if stream == pipeline.StreamPartial {
+			q.EndStartedAt = d.until
+		} else {
+			q.EndCompletedAt = d.until
+		}
+		d.calls++
+		l, err := p.lister.ListResponses(ctx, d.survey, q)
+		if err != nil {
+			return 0, 0, fmt.Errorf("reconcile survey %d: list %s page %d: %w", d.survey, stream, page, err)
+		}
+		if page == 1 {
+			if l.Total > p.o.MaxReconcileResponses {
+				p.m.hostile.WithLabelValues("reconcile_too_big").Inc()
+				return 0, 0, fmt.Errorf("reconcile survey %d: the %s list claims %d responses, more than the %d reconcile holds in memory; not reconciled: %w",
+					d.survey, stream, l.Total, p.o.MaxReconcileResponses, errNotBelieved)
+			}
+			limit = p.maxPages(max(l.Total, 0), absolute)
+			first = l.Total
+		}
+		added := 0
+		for _, it := range l.Data {
+			_, dup := d.listed[it.ResponseID]
+			if again != nil {
+				if _, seen := again[it.ResponseID]; seen {
+					continue
+				}
+				again[it.ResponseID] = struct{}{}
+			} else if dup {
+				continue
+			}
+			added++
+			if !dup {
+				d.listed[it.ResponseID] = struct{}{}
+				p.compare(d, it.ResponseID, stream)
+			}
+		}
+		if len(l.Data) < p.o.PerPage || page*p.o.PerPage >= l.Total {
+			return first, l.Total, nil
+		}
+		if added == 0 {
+			p.m.hostile.WithLabelValues("page_adds_nothing").Inc()
+			return first, l.Total, nil
+		}
+		if page >= limit || len(d.listed) > p.o.MaxReconcileResponses+len(d.have) {
+			p.m.hostile.WithLabelValues("page_cap").Inc()
+			return 0, 0, fmt.Errorf("reconcile survey %d: list %s: still more pages after %d (total claims %d): page cap reached: %w",
+				d.survey, stream, page, l.Total, errNotBelieved)
+		}
+	}
+}
+
+// compare records a response listed in stream that the warehouse lacks
+// (unless it was rejected when listed so: reading it again would reject it
+// again, and a changed one is listed otherwise) or holds at another status.
+func (p *Poller) compare(d *reconcileDiff, id survey.GUID, stream string) {
+	status, ok := d.have[id]
+	switch {
+	case !ok && p.rejectedAt(d.survey, id, stream):
+		p.m.reconciled.WithLabelValues("rejected_unchanged").Inc()
+	case !ok:
+		d.missing = append(d.missing, id)
+		d.missingSt = append(d.missingSt, stream)
+	case !sameStatus(stream, statusCode(status)):
+		d.changed = append(d.changed, id)
+		d.changedSt = append(d.changedSt, stream)
+	}
+}
+
+// reread submits the responses a reconcile pass found, each held at its
+// listed status once written ("" for a vanished one), and waits until all
+// are acknowledged.
+func (p *Poller) reread(ctx context.Context, surveyID int64, start time.Time, ids []survey.GUID, sts []string) error {
+	tr := &tracker{done: make(chan struct{}, 1)}
+	w := tr.open(start, start)
+	noop := func() {}
+	for i, id := range ids {
+		if err := p.submit(ctx, tr, w, surveyID, id, "reconcile", sts[i], noop); err != nil {
+			tr.sealed(w)
+			return err
+		}
+	}
+	tr.sealed(w)
+	for {
+		_, inflight, werr := tr.snapshot()
+		if inflight == 0 {
+			if werr != nil {
+				return fmt.Errorf("reconcile survey %d: %w", surveyID, werr)
+			}
+			return nil
+		}
+		select {
+		case <-tr.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// rejectedAt reports whether a response was rejected when a list of stream
+// showed it (and is listed so still).
+func (p *Poller) rejectedAt(surveyID int64, id survey.GUID, stream string) bool {
+	h := p.held.get(surveyID, id)
+	return h&hsRejected != 0 && sameStatus(stream, h)
+}
