@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/erase"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/sink/blob"
@@ -147,14 +148,18 @@ type parts struct {
 	poller  *poll.Poller
 	book    *surveyBook
 	copier  *blob.Copier
+	eraser  *erase.Service // nil when the warehouse cannot erase
 	rx      *webhookrx.Receiver
 	feeds   *feed.Runner
 	health  *health
 	elector *ha.Elector // nil without ha: this daemon leads
-	log     *slog.Logger
-	surveys []int64
-	where   string
-	close   func() error // closes the files store
+	// eraseDeleted: a response deleted at the source is erased
+	// (sync.erase_deleted).
+	eraseDeleted bool
+	log          *slog.Logger
+	surveys      []int64
+	where        string
+	close        func() error // closes the files store
 }
 
 // assemble builds the components: the files copier, the survey book, the
@@ -187,8 +192,25 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
 		return nil, err
 	}
+	// Tombstones are honoured whether or not sync.erase_deleted is on: an
+	// erase command may have written them.
+	eraser, closeEraser, err := NewEraser(ctx, cfg, wh, log)
+	if err != nil {
+		return nil, fmt.Errorf("erase: %w", err)
+	}
+	closeStore := d.close
+	d.eraser, d.close = eraser, func() error { return errors.Join(closeEraser(), closeStore()) }
+	if cfg.Sync.EraseDeleted && eraser == nil {
+		return nil, fmt.Errorf("sync.erase_deleted: %s cannot erase responses", wh.String())
+	}
+	d.eraseDeleted = cfg.Sync.EraseDeleted
+	var erased func(int64, survey.GUID) bool
+	if eraser != nil {
+		erased = eraser.Erased
+	}
 	d.pipe = pipeline.New(pipeline.Options{
 		OnResponse:       d.onResponse,
+		Erased:           erased,
 		FetchConcurrency: cfg.Sync.FetchConcurrency,
 		MaxRows:          cfg.Sync.Batch.MaxRows,
 		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
@@ -243,8 +265,14 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 // poller is set before the pipeline runs.
 func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
 	// The poller need not fetch again what is written, whoever sent it.
-	if r == nil {
+	if r == nil || (d.eraseDeleted && r.ResponseStatus == survey.StatusDeleted) {
 		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
+		if d.eraseDeleted {
+			// The erasure removes the rows and the files; the copier
+			// would write index rows of them again.
+			d.eraser.Deleted(ctx, surveyID, responseID)
+			return
+		}
 		if d.copier != nil && d.leading() {
 			d.copier.MarkDeleted(surveyID, responseID)
 		}
@@ -307,14 +335,14 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 }
 
 // waitSynced reports whether the poller's first pass ended and the copier
-// drained before ctx did.
+// and the eraser drained before ctx did.
 func (d *parts) waitSynced(ctx context.Context) bool {
 	select {
 	case <-d.poller.FirstPassDone():
 	case <-ctx.Done():
 		return false
 	}
-	for d.copier != nil && !d.copier.Drained() {
+	for (d.copier != nil && !d.copier.Drained()) || (d.eraser != nil && !d.eraser.Idle()) {
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():

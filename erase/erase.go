@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/surveysync/surveysync/sink/warehouse"
@@ -92,7 +93,8 @@ type Service struct {
 	mu    sync.Mutex
 	tombs map[warehouse.ResponseKey]warehouse.Erasure // latest audit row of each erased response
 
-	queue chan warehouse.ResponseKey // responses deleted at the source, erased by Run
+	queue   chan warehouse.ResponseKey // responses deleted at the source, erased by Run
+	pending atomic.Int64               // queued or being erased by Run
 }
 
 // New returns a Service; call Load before the pipeline consults Erased.
@@ -134,9 +136,11 @@ func normalize(id survey.GUID) survey.GUID { return survey.GUID(strings.ToLower(
 // at once instead, and Run's next refresh finishes the erasure.
 func (s *Service) Deleted(ctx context.Context, surveyID int64, id survey.GUID) {
 	k := warehouse.ResponseKey{SurveyID: surveyID, ResponseID: normalize(id)}
+	s.pending.Add(1)
 	select {
 	case s.queue <- k:
 	default:
+		s.pending.Add(-1)
 		// Full: the tombstone makes the next refresh finish it.
 		if err := s.start(ctx, []warehouse.ResponseKey{k}, warehouse.ReasonDeletedAtSource); err != nil {
 			s.o.Logger.Warn("erase: could not record a deleted response's tombstone; it stays as a deletion row", "survey_id", surveyID, "response_id", k.ResponseID, "err", err)
@@ -386,6 +390,7 @@ func (s *Service) Run(ctx context.Context) error {
 				}
 			}
 			rep, err := s.Erase(ctx, keys, warehouse.ReasonDeletedAtSource)
+			s.pending.Add(-int64(len(keys)))
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -399,6 +404,11 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Idle reports whether no response Deleted queued waits for Run (a
+// one-shot run waits for it before it stops; a failed erasure counts as
+// done here: its tombstone makes the next start finish it).
+func (s *Service) Idle() bool { return s.pending.Load() == 0 }
 
 func (s *Service) resume(ctx context.Context) {
 	rep, err := s.Resume(ctx, true)

@@ -51,6 +51,7 @@ Usage:
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
   surveysync export --survey ID [--output FILE] [--since TIME] [--bom]   a survey's wide view as CSV or Parquet (ClickHouse)
+  surveysync erase --survey S --response ID | --contact ID   erase responses physically, audited (docs/privacy.md)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -162,6 +163,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return query(ctx, cfg, q, stdout, stderr)
 	case "feed":
 		return feedCLI(ctx, rest, stdout, stderr)
+	case "erase":
+		return eraseCLI(ctx, rest, stdout, stderr)
 	case "views":
 		var f viewsFlags
 		cfg, _, code := load(command{name: "views", configFlags: sinkFlags,
