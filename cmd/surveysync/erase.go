@@ -28,7 +28,7 @@ func eraseCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var f eraseFlags
 	cfg, _, code := load(command{name: "erase", args: "--survey S --response ID... | --contact ID", noAPI: true,
 		configFlags: sinkFlags,
-		about: "Erase responses physically: their rows in every table, their uploaded files, webhook events and rejects; an audit row in erasures records it and a tombstone keeps them out of later syncs. Idempotent; also finishes erasures a killed run left started. Works with the daemon running or stopped.",
+		about:       "Erase responses physically: their rows in every table, their uploaded files, webhook events and rejects; an audit row in erasures records it and a tombstone keeps them out of later syncs. Idempotent; also finishes erasures a killed run left started. Works with the daemon running or stopped.",
 		extra: func(fs *pflag.FlagSet) {
 			fs.Int64Var(&f.survey, "survey", 0, "the survey of --response")
 			fs.StringSliceVar(&f.response, "response", nil, "a response id to erase (repeatable)")
