@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -164,4 +165,90 @@ WHERE sha256 != '' ORDER BY response_id LIMIT 4`, w.db)))
 	if got := query(fmt.Sprintf("SELECT count() FROM %s.responses_current", w.db)); got != fmt.Sprint(before-4) {
 		t.Errorf("responses_current has %s responses, want %d", got, before-4)
 	}
+}
+
+func TestEraseParquet(t *testing.T) {
+	const sid = 123
+	e := newEmulator(t, sim.Options{Surveys: []sim.SurveySpec{{ID: sid, Responses: 30, Seed: 9, Files: true}}})
+	filesDir := filepath.Join(t.TempDir(), "files")
+	cfgPath := writeConfig(t, e, nil, fmt.Sprintf(`sync:
+  poll_interval: 1s
+  settle_lag: 0s
+  reconcile_interval: 1s
+  erase_deleted: true
+files:
+  url: file://%s
+`, filesDir))
+	startDaemon(t, cfgPath, "--exit-when-synced").wait(t, 3*time.Minute)
+	cfg, err := config.Load(cfgPath, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := cfg.Parquet.Dir
+
+	// Four responses with stored files.
+	var ids []string
+	entries, err := os.ReadDir(filepath.Join(filesDir, fmt.Sprintf("surveys/%d/responses", sid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, de := range entries {
+		if len(ids) < 4 {
+			ids = append(ids, strings.ToLower(de.Name()))
+		}
+	}
+	if len(ids) != 4 {
+		t.Fatalf("responses with stored files: %v", ids)
+	}
+	if err := e.sim.PurgeResponse(sid, survey.GUID(ids[0])); err != nil { // 404
+		t.Fatal(err)
+	}
+	if err := e.sim.DeleteResponse(sid, survey.GUID(ids[1])); err != nil { // status deleted
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfgPath)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		raw, _ := os.ReadFile(filepath.Join(dataDir, "_state", "erasures.jsonl"))
+		if strings.Count(string(raw), `"state":"done"`) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted responses were not erased in 2 min; output:\n%s", tail(d.output(), 60))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, time.Minute)
+
+	for _, after := range []time.Duration{20 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond} {
+		killErase(t, cfgPath, after, "--survey", fmt.Sprint(sid), "--response", ids[2])
+	}
+	runErase(t, cfgPath, "--survey", fmt.Sprint(sid), "--response", ids[2])
+	runErase(t, cfgPath, "--survey", fmt.Sprint(sid), "--response", ids[3])
+	startDaemon(t, cfgPath, "--exit-when-synced").wait(t, 3*time.Minute)
+
+	// No trace under the data directory (every value of every Parquet file
+	// and its statistics) but the audit log; the uploaded-files index is
+	// a known exception (docs/privacy.md).
+	for _, h := range grepTree(t, dataDir, ids) {
+		if strings.Contains(h, filepath.Join("_state", "erasures.jsonl")) || strings.Contains(h, "uploaded_files") {
+			continue
+		}
+		t.Errorf("erased response left a trace: %s", h)
+	}
+	for _, id := range ids {
+		if hits := grepTree(t, filepath.Join(filesDir, fmt.Sprintf("surveys/%d/responses/%s", sid, id)), []string{""}); len(hits) > 0 {
+			t.Errorf("objects of erased response %s remain: %v", id, hits)
+		}
+	}
+	out, err := exec.Command(binPath, "query", "--config", cfgPath, "--sample", "0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("query: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "26") {
+		t.Errorf("query does not show 26 current responses:\n%s", out)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dataDir, "_state", "erasures.jsonl"))
+	t.Logf("erasures.jsonl:\n%s", raw)
 }

@@ -16,14 +16,16 @@ import (
 
 // dirWarehouse is the Parquet sink with its other parts in files beside the
 // data: the uploaded-files index in <dir>/uploaded_files.jsonl and the feed
-// ledger under <dir>/_feeds, each opened on first use. It has no inventory
-// (no reconcile), no webhook log and no query connection.
+// ledger under <dir>/_feeds, each opened on first use; its inventory and
+// erasure are in erase.go. It has no webhook log and no query connection.
 type dirWarehouse struct {
 	*Sink
 
 	mu     sync.Mutex // guards the parts
 	index  *JSONLIndex
 	ledger *FileLedger
+
+	eraseMu sync.Mutex // serialises appends to the erasures log
 }
 
 // OpenWarehouse opens the Parquet warehouse in o.Dir.
@@ -63,9 +65,8 @@ func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 	return w.ledger, nil
 }
 
-func (w *dirWarehouse) Inventory() warehouse.Inventory { return nil }
-func (w *dirWarehouse) WebhookLog() record.WebhookLog  { return nil }
-func (w *dirWarehouse) QueryConn() record.QueryConn    { return nil }
+func (w *dirWarehouse) WebhookLog() record.WebhookLog { return nil }
+func (w *dirWarehouse) QueryConn() record.QueryConn   { return nil }
 
 // CheckWrites creates and removes a file in the folder.
 func (w *dirWarehouse) CheckWrites(context.Context) []warehouse.WriteCheck {
@@ -111,6 +112,3 @@ func (w *dirWarehouse) Close() error {
 	}
 	return errors.Join(append(errs, w.Sink.Close())...)
 }
-
-// Eraser is nil until the Parquet sink erases (issue 23).
-func (w *dirWarehouse) Eraser() warehouse.Eraser { return nil }
