@@ -141,20 +141,37 @@ func idList(keys []warehouse.ResponseKey, str bool) (string, error) {
 
 // eraseStatements are the statements EraseRows runs, one per table.
 func (s *Sink) eraseStatements(ids, strIDs string) []string {
+	return eraseSQL(s.tmpl, s.lightweightDelete(), ids, strIDs)
+}
+
+func eraseSQL(d tmplData, lightweight bool, ids, strIDs string) []string {
 	var out []string
 	for _, t := range eraseTables {
-		name := s.tmpl.Local(t.name)
+		name := d.Local(t.name)
 		where := fmt.Sprintf("%s IN (%s)", t.idExpr, ids)
 		if t.str {
 			where = fmt.Sprintf("%s IN (%s)", t.idExpr, strIDs)
 		}
-		if s.lightweightDelete() {
-			out = append(out, fmt.Sprintf("DELETE FROM %s%s WHERE %s", name, s.tmpl.OnCluster, where))
+		if lightweight {
+			out = append(out, fmt.Sprintf("DELETE FROM %s%s WHERE %s", name, d.OnCluster, where))
 		} else {
-			out = append(out, fmt.Sprintf("ALTER TABLE %s%s DELETE WHERE %s", name, s.tmpl.OnCluster, where))
+			out = append(out, fmt.Sprintf("ALTER TABLE %s%s DELETE WHERE %s", name, d.OnCluster, where))
 		}
 	}
 	return out
+}
+
+// EraseSQL returns the statements that erase keys from database db on a
+// single server, as EraseRows runs them: mutations (lightweight false, servers
+// before 23.3) or lightweight DELETE. For the check on a current engine
+// (chdbcheck).
+func EraseSQL(db string, lightweight bool, keys []warehouse.ResponseKey) ([]string, error) {
+	ids, err := idList(keys, false)
+	if err != nil {
+		return nil, err
+	}
+	strIDs, _ := idList(keys, true)
+	return eraseSQL(newTmplData(db, "", false), lightweight, ids, strIDs), nil
 }
 
 // EraseRows removes every row of keys from answers, uploaded_files,
