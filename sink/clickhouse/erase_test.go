@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,43 @@ func TestResponsesOfContactAndEraseContact(t *testing.T) {
 	}
 	if n := countRows(t, s, "SELECT count() FROM "+s.table("pushed_contacts")); n != 1 {
 		t.Errorf("pushed_contacts has %d rows, want the other contact's 1", n)
+	}
+}
+
+// On a cluster the statements go to the _local tables ON CLUSTER; a
+// replicated cluster of a server before 19.1 refuses, and names them.
+func TestEraseOnClusterGuard(t *testing.T) {
+	keys := []warehouse.ResponseKey{{SurveyID: 1, ResponseID: survey.GUID(guid(1))}}
+	for _, tc := range []struct {
+		major, minor uint64
+		replicated   bool
+		refused      bool
+		verb         string
+	}{
+		{18, 16, true, true, "ALTER TABLE"},
+		{18, 16, false, false, "ALTER TABLE"},
+		{22, 8, true, false, "ALTER TABLE"},
+		{23, 3, true, false, "DELETE FROM"},
+	} {
+		s := &Sink{opts: Options{Database: "surveysync", Cluster: "warehouse"}, tmpl: newTmplData("surveysync", "warehouse", true)}
+		s.tmpl.Replicated = tc.replicated
+		s.version.Version.Major, s.version.Version.Minor = tc.major, tc.minor
+		if tc.refused {
+			_, err := s.EraseRows(context.Background(), keys) // refused before it reaches a server
+			if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "surveysync.answers_local ON CLUSTER warehouse DELETE WHERE") {
+				t.Errorf("%d.%d replicated: err = %v, want a refusal naming the statements", tc.major, tc.minor, err)
+			}
+			continue
+		}
+		ids, _ := idList(keys, false)
+		strIDs, _ := idList(keys, true)
+		stmts := s.eraseStatements(ids, strIDs)
+		want := tc.verb + " surveysync.answers_local ON CLUSTER warehouse"
+		if tc.verb == "ALTER TABLE" {
+			want = "ALTER TABLE surveysync.answers_local ON CLUSTER warehouse DELETE WHERE response_id IN (toUUID('" + guid(1) + "'))"
+		}
+		if !strings.HasPrefix(stmts[0], want) || len(stmts) != len(eraseTables) {
+			t.Errorf("%d.%d: statements %q, want the first to start %q", tc.major, tc.minor, stmts, want)
+		}
 	}
 }
