@@ -240,7 +240,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		Registerer:            reg,
 	}, client, d.pipe, wh, wh.Inventory())
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
+		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })

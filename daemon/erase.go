@@ -7,7 +7,9 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/erase"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // NewEraser is the erasure service of a warehouse (sync.erase_deleted,
@@ -46,4 +48,46 @@ func NewEraser(ctx context.Context, cfg *config.Config, wh warehouse.Warehouse, 
 		return nil, noop, err
 	}
 	return s, closeStore, nil
+}
+
+// withTombstones keeps webhook events of erased responses out of the
+// warehouse's webhook log: a webhook about a response erased long ago
+// would otherwise name it again.
+func withTombstones(wh warehouse.Warehouse, s *erase.Service) warehouse.Warehouse {
+	if s == nil {
+		return wh
+	}
+	return tombstonedWarehouse{wh, s}
+}
+
+type tombstonedWarehouse struct {
+	warehouse.Warehouse
+	s *erase.Service
+}
+
+func (w tombstonedWarehouse) WebhookLog() record.WebhookLog {
+	l := w.Warehouse.WebhookLog()
+	if l == nil {
+		return nil
+	}
+	return tombstonedLog{l, w.s}
+}
+
+type tombstonedLog struct {
+	record.WebhookLog
+	s *erase.Service
+}
+
+func (l tombstonedLog) LogEvents(ctx context.Context, events []record.WebhookEvent) error {
+	kept := events[:0:0]
+	for _, e := range events {
+		if e.ResponseID != "" && l.s.Erased(e.SurveyID, survey.GUID(e.ResponseID)) {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return l.WebhookLog.LogEvents(ctx, kept)
 }
