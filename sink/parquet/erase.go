@@ -251,7 +251,7 @@ func (w *dirWarehouse) rewriteWithout(ctx context.Context, path string, ids map[
 				return err
 			}
 		}
-		if err := rr.Err(); err != nil && err != io.EOF {
+		if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 			_ = pw.Close()
 			return err
 		}
@@ -331,7 +331,7 @@ func (w *dirWarehouse) matchRows(ctx context.Context, path string, ids map[strin
 			}
 		}
 	}
-	if err := rr.Err(); err != nil && err != io.EOF {
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return 0, 0, err
 	}
 	return keep, drop, nil
@@ -455,7 +455,7 @@ func (w *dirWarehouse) contactRows(ctx context.Context, path string, contactID i
 			}
 		}
 	}
-	if err := rr.Err(); err != nil && err != io.EOF {
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	return nil
