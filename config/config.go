@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,7 @@ type Config struct {
 	Feeds      []Feed     `koanf:"feeds"`
 	Privacy    Privacy    `koanf:"privacy"`
 	HA         HA         `koanf:"ha"`
+	Wide       Wide       `koanf:"wide"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -130,6 +132,28 @@ type ClickHouse struct {
 // Enabled reports whether a ClickHouse is configured (else the Parquet sink
 // is used).
 func (ch ClickHouse) Enabled() bool { return len(ch.Addr) > 0 }
+
+// Wide is the wide tables (docs/schema.md, "Wide tables"): ClickHouse's
+// views survey_<id> and the exports.
+type Wide struct {
+	// ChoiceIDs adds beside each single-choice column (and each matrix row
+	// with one answer) a column <name>_id: the chosen option's id.
+	ChoiceIDs bool `koanf:"choice_ids"`
+	// Names gives surveys a friendly view name besides survey_<id>, by
+	// survey id: {"4574": "spokojenost_2026"}.
+	Names map[string]string `koanf:"names"`
+}
+
+// ViewNames are Names by survey id (Validate checks the ids).
+func (w Wide) ViewNames() map[int64]string {
+	out := map[int64]string{}
+	for k, v := range w.Names {
+		if id, err := strconv.ParseInt(k, 10, 64); err == nil {
+			out[id] = v
+		}
+	}
+	return out
+}
 
 // Parquet is the file sink used when no ClickHouse is configured.
 type Parquet struct {
@@ -393,6 +417,7 @@ func defaults() *Config {
 			Seed:               1,
 		}},
 		Feeds: []Feed{},
+		Wide:  Wide{Names: map[string]string{}},
 		Privacy: Privacy{
 			Fields: PrivacyFields{
 				IPAddress:      ActionKeep,

@@ -50,7 +50,7 @@ Usage:
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
-  surveysync export --survey ID [--output FILE] [--since TIME] [--bom]   a survey's wide view as CSV or Parquet (ClickHouse)
+  surveysync export --survey ID [--output FILE] [--since TIME] [--bom] [--table T]   a survey's wide view (or long table) as CSV or Parquet (from ClickHouse, else the Parquet files)
   surveysync erase --survey S --response ID | --contact ID   erase responses physically, audited (docs/privacy.md)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
@@ -181,13 +181,14 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "export":
 		var f exportFlags
 		cfg, _, code := load(command{name: "export", configFlags: sinkFlags,
-			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
+			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. From ClickHouse's view survey_<id>, or with no clickhouse.addr from the Parquet sink's files (--parquet-dir). CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
 				fs.StringVar(&f.format, "format", "csv", "csv or parquet")
 				fs.StringVarP(&f.output, "output", "o", "", "the file to write (default: standard output)")
 				fs.StringVar(&f.since, "since", "", "only responses read from the service at or after this time (2006-01-02 or RFC 3339): an increment")
 				fs.BoolVar(&f.bom, "bom", false, "start with a UTF-8 byte order mark (for Excel)")
+				fs.StringVar(&f.table, "table", "wide", "wide (one row per response), or a long table: responses, answers")
 			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
