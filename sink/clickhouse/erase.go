@@ -118,6 +118,18 @@ func (s *Sink) mutationsRefused() string {
 	return ""
 }
 
+// refusal is the error of a layout that refuses mutations (nil when it
+// takes them): it names the statements to run by hand. Checked only when
+// rows are left, so that surveysync erase, run again after them, finishes.
+func (s *Sink) refusal(ids, strIDs string) error {
+	why := s.mutationsRefused()
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("clickhouse: erase refused on cluster %s: %s; run these at a quiet time (or after an upgrade), then surveysync erase again to finish: %s",
+		s.opts.Cluster, why, strings.Join(s.eraseStatements(ids, strIDs), "; "))
+}
+
 // idList is "toUUID('…'), …" for keys (str: "'…', …", lowercase),
 // parsed so that nothing but GUIDs reaches the SQL.
 func idList(keys []warehouse.ResponseKey, str bool) (string, error) {
@@ -188,10 +200,6 @@ func (s *Sink) EraseRows(ctx context.Context, keys []warehouse.ResponseKey) (map
 	}
 	strIDs, _ := idList(keys, true)
 	stmts := s.eraseStatements(ids, strIDs)
-	if why := s.mutationsRefused(); why != "" {
-		return nil, fmt.Errorf("clickhouse: erase refused on cluster %s: %s; run these at a quiet time, then surveysync erase again to finish: %s",
-			s.opts.Cluster, why, strings.Join(s.eraseStatements("<ids>", "<ids>"), "; "))
-	}
 	found := map[string]int64{}
 	for i, t := range eraseTables {
 		ids := ids
@@ -204,7 +212,10 @@ func (s *Sink) EraseRows(ctx context.Context, keys []warehouse.ResponseKey) (map
 		}
 		found[t.name] = n
 		if n == 0 {
-			continue // nothing to mutate: a mutation would still rewrite no part, but costs a round
+			continue // nothing to mutate (an 18.16 mutation would still rewrite every part)
+		}
+		if err := s.refusal(ids, strIDs); err != nil {
+			return found, err
 		}
 		if err := s.execDDL(s.ddlCtx(ctx), stmts[i]); err != nil {
 			return found, fmt.Errorf("clickhouse: erase %d responses from %s: %w", len(keys), s.table(t.name), err)

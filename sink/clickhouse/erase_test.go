@@ -1,7 +1,6 @@
 package clickhouse
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -153,15 +152,18 @@ func TestEraseOnClusterGuard(t *testing.T) {
 		s := &Sink{opts: Options{Database: "surveysync", Cluster: "warehouse"}, tmpl: newTmplData("surveysync", "warehouse", true)}
 		s.tmpl.Replicated = tc.replicated
 		s.version.Version.Major, s.version.Version.Minor = tc.major, tc.minor
+		ids, _ := idList(keys, false)
+		strIDs, _ := idList(keys, true)
 		if tc.refused {
-			_, err := s.EraseRows(context.Background(), keys) // refused before it reaches a server
+			err := s.refusal(ids, strIDs)
 			if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "surveysync.answers_local ON CLUSTER warehouse DELETE WHERE") {
 				t.Errorf("%d.%d replicated: err = %v, want a refusal naming the statements", tc.major, tc.minor, err)
 			}
 			continue
 		}
-		ids, _ := idList(keys, false)
-		strIDs, _ := idList(keys, true)
+		if err := s.refusal(ids, strIDs); err != nil {
+			t.Errorf("%d.%d: refused: %v", tc.major, tc.minor, err)
+		}
 		stmts := s.eraseStatements(ids, strIDs)
 		want := tc.verb + " surveysync.answers_local ON CLUSTER warehouse"
 		if tc.verb == "ALTER TABLE" {
