@@ -35,21 +35,25 @@ import (
 
 // Config is the whole configuration. Field tags name the YAML keys.
 type Config struct {
-	API        API        `koanf:"api"`
-	Surveys    []int64    `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
-	Sync       Sync       `koanf:"sync"`
-	Webhooks   Webhooks   `koanf:"webhooks"`
-	ClickHouse ClickHouse `koanf:"clickhouse"`
-	Parquet    Parquet    `koanf:"parquet"`
-	Files      Files      `koanf:"files"`
-	Metrics    Metrics    `koanf:"metrics"`
-	Shutdown   Shutdown   `koanf:"shutdown"`
-	Log        Log        `koanf:"log"`
-	Demo       Demo       `koanf:"demo"`
-	Feeds      []Feed     `koanf:"feeds"`
-	Privacy    Privacy    `koanf:"privacy"`
-	HA         HA         `koanf:"ha"`
-	Wide       Wide       `koanf:"wide"`
+	API     API     `koanf:"api"`
+	Surveys []int64 `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
+	// SurveysExclude are survey ids never synced: webhooks (survey_launched,
+	// response_received) and the surveys table cannot add them, and a
+	// reload stops polling them (docs/operations.md).
+	SurveysExclude []int64    `koanf:"surveys_exclude"`
+	Sync           Sync       `koanf:"sync"`
+	Webhooks       Webhooks   `koanf:"webhooks"`
+	ClickHouse     ClickHouse `koanf:"clickhouse"`
+	Parquet        Parquet    `koanf:"parquet"`
+	Files          Files      `koanf:"files"`
+	Metrics        Metrics    `koanf:"metrics"`
+	Shutdown       Shutdown   `koanf:"shutdown"`
+	Log            Log        `koanf:"log"`
+	Demo           Demo       `koanf:"demo"`
+	Feeds          []Feed     `koanf:"feeds"`
+	Privacy        Privacy    `koanf:"privacy"`
+	HA             HA         `koanf:"ha"`
+	Wide           Wide       `koanf:"wide"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -74,6 +78,7 @@ type Sync struct {
 	PartialLookback   time.Duration `koanf:"partial_lookback"`        // partial responses are re-read this far back
 	PartialRescan     time.Duration `koanf:"partial_rescan_interval"` // how often that whole lookback is re-read
 	ReconcileInterval time.Duration `koanf:"reconcile_interval"`      // 0 disables the deletion/status reconcile pass
+	EraseDeleted      bool          `koanf:"erase_deleted"`           // a response deleted at the source is erased physically (docs/privacy.md)
 	BackfillFrom      time.Time     `koanf:"backfill_from"`           // where a new stream's watermark starts
 	FetchConcurrency  int           `koanf:"fetch_concurrency"`       // response details fetched at once
 	Batch             Batch         `koanf:"batch"`
@@ -363,7 +368,8 @@ func defaults() *Config {
 			MaxRetries:     surveyapi.DefaultMaxRetries,
 			QuotaPause:     surveyapi.DefaultQuotaPause,
 		},
-		Surveys: []int64{},
+		Surveys:        []int64{},
+		SurveysExclude: []int64{},
 		Sync: Sync{
 			Statuses:          append([]string(nil), Statuses...),
 			PollInterval:      poll.DefaultPollInterval,

@@ -117,6 +117,19 @@ func (c *Config) validateAPI(p *problems) {
 		}
 		seen[id] = true
 	}
+	excluded := map[int64]bool{}
+	for i, id := range c.SurveysExclude {
+		key := fmt.Sprintf("surveys_exclude[%d]", i)
+		switch {
+		case id <= 0:
+			p.add(key, "must be a positive survey id (got %d)", id)
+		case seen[id]:
+			p.add(key, "survey %d is in surveys too: remove it from one of the two", id)
+		case excluded[id]:
+			p.add(key, "repeats survey %d", id)
+		}
+		excluded[id] = true
+	}
 }
 
 func (c *Config) validateSync(p *problems) {

@@ -2,8 +2,9 @@
 // into components (components.go: the log, the API client, the warehouse,
 // the webhook receiver; feeds.go, blob.go, privacy.go, ha.go), wires them
 // to one another (assemble), and holds the policy between them: what a
-// webhook event means (webhooks.go), which surveys are polled (polling.go)
-// and the surveys table (surveys.go), what only the HA leader runs
+// webhook event means (webhooks.go), which surveys are polled (polling.go,
+// exclude.go, reload.go) and the surveys table (surveys.go), resync on
+// demand (resync.go), what only the HA leader runs
 // (ha.go), and the metrics listener with its health and status endpoints
 // (metrics.go). Doctor (doctor.go) checks what Run needs; remote.go is the
 // client side of a running daemon's listener, for surveysync status.
@@ -26,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/erase"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/sink/blob"
@@ -50,6 +52,9 @@ type Options struct {
 	// up, before the daemon stops: synced responses in all, and where the
 	// data is (the warehouse's String).
 	OnSynced func(synced int64, where string)
+	// Reload reads the configuration again (the same file, environment
+	// and flags) at a SIGHUP (reload.go); nil: SIGHUP is not handled.
+	Reload func() (*config.Config, error)
 }
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
@@ -100,7 +105,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	}
 	defer func() { _ = d.close() }()
 	if cfg.Metrics.Listen != "" {
-		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log); err != nil {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log, d.serveResync); err != nil {
 			return err
 		}
 	}
@@ -141,20 +146,26 @@ func newRegistry(version string) *prometheus.Registry {
 }
 
 // parts are the daemon's components, wired to one warehouse. The optional
-// ones (copier, rx, feeds) are nil when not configured.
+// ones (copier, rx) are nil when not configured; feeds idles without feeds.
 type parts struct {
 	pipe    *pipeline.Pipeline
 	poller  *poll.Poller
 	book    *surveyBook
 	copier  *blob.Copier
+	eraser  *erase.Service // nil when the warehouse cannot erase
 	rx      *webhookrx.Receiver
-	feeds   *feed.Runner
+	feeds   *feedSlot // the feed runner, replaced at a reload
 	health  *health
 	elector *ha.Elector // nil without ha: this daemon leads
-	log     *slog.Logger
-	surveys []int64
-	where   string
-	close   func() error // closes the files store
+	// eraseDeleted: a response deleted at the source is erased
+	// (sync.erase_deleted).
+	eraseDeleted bool
+	log          *slog.Logger
+	cfg          *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
+	surveys      []int64
+	exclude      *excludeList
+	where        string
+	close        func() error // closes the files store
 }
 
 // assemble builds the components: the files copier, the survey book, the
@@ -167,7 +178,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if err != nil {
 		return nil, err
 	}
-	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, close: func() error { return nil }}
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, cfg: cfg, close: func() error { return nil }}
 	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
@@ -187,53 +198,45 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
 		return nil, err
 	}
-	d.pipe = pipeline.New(pipeline.Options{
-		OnResponse:       d.onResponse,
-		FetchConcurrency: cfg.Sync.FetchConcurrency,
-		MaxRows:          cfg.Sync.Batch.MaxRows,
-		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
-		MaxDelay:         cfg.Sync.Batch.MaxDelay,
-		Rejects:          wh,
-		Logger:           log.With("component", "pipeline"),
-		Registerer:       reg,
-	}, policy.Fetcher(client), wh)
+	// Tombstones are honoured whether or not sync.erase_deleted is on: an
+	// erase command may have written them.
+	eraser, closeEraser, err := NewEraser(ctx, cfg, wh, log)
+	if err != nil {
+		return nil, fmt.Errorf("erase: %w", err)
+	}
+	closeStore := d.close
+	d.eraser, d.close = eraser, func() error { return errors.Join(closeEraser(), closeStore()) }
+	if cfg.Sync.EraseDeleted && eraser == nil {
+		return nil, fmt.Errorf("sync.erase_deleted: %s cannot erase responses", wh.String())
+	}
+	d.eraseDeleted = cfg.Sync.EraseDeleted
+	var erased func(int64, survey.GUID) bool
+	if eraser != nil {
+		erased = eraser.Erased
+	}
+	d.pipe = newPipeline(cfg, d.onResponse, erased, policy.Fetcher(client), wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
+	d.exclude = newExcludeList(cfg.SurveysExclude, log.With("component", "webhooks"), reg)
 	d.surveys = pollingSet(cfg, d.book)
-	d.poller = poll.New(poll.Options{
-		Surveys:               d.surveys,
-		Ended:                 d.book.ended(),
-		Webhooks:              cfg.Webhooks.Enabled,
-		MonthlyBudget:         cfg.API.MonthlyBudget,
-		CallCount:             func() int64 { return client.Stats().Total },
-		Statuses:              cfg.Sync.Statuses,
-		PollInterval:          cfg.Sync.PollInterval,
-		Overlap:               cfg.Sync.Overlap,
-		SettleLag:             cfg.Sync.SettleLag,
-		PartialLookback:       cfg.Sync.PartialLookback,
-		PartialRescanInterval: cfg.Sync.PartialRescan,
-		ReconcileInterval:     reconcileInterval(cfg.Sync.ReconcileInterval),
-		BackfillFrom:          cfg.Sync.BackfillFrom,
-		Unreadable:            surveyUnreadable,
-		Logger:                log.With("component", "poll"),
-		Registerer:            reg,
-	}, client, d.pipe, wh, wh.Inventory())
+	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
+		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}
-	if len(cfg.Feeds) > 0 {
-		for i, f := range cfg.Feeds {
-			if f.Type == config.FeedCSVDir {
-				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
-					return nil, fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
-				}
-			}
+	d.feeds = newFeedSlot(func(cfg *config.Config, reg prometheus.Registerer) (*feed.Runner, error) {
+		if err := checkFeedDirs(cfg); err != nil {
+			return nil, err
 		}
-		if d.feeds, err = NewFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
+		r, err := NewFeedRunner(cfg, client, wh, d.leading, log, reg)
+		if err != nil {
 			return nil, fmt.Errorf("feeds: %w", err)
 		}
+		return r, nil
+	}, reg, log)
+	if err := d.feeds.set(cfg); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -243,8 +246,14 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 // poller is set before the pipeline runs.
 func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
 	// The poller need not fetch again what is written, whoever sent it.
-	if r == nil {
+	if r == nil || (d.eraseDeleted && r.ResponseStatus == survey.StatusDeleted) {
 		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
+		if d.eraseDeleted {
+			// The erasure removes the rows and the files; the copier
+			// would write index rows of them again.
+			d.eraser.Deleted(ctx, surveyID, responseID)
+			return
+		}
 		if d.copier != nil && d.leading() {
 			d.copier.MarkDeleted(surveyID, responseID)
 		}
@@ -283,6 +292,9 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
 	}
+	if o.Reload != nil {
+		intake.Go(func() error { d.watchReload(ctx, o.Reload); return nil })
+	}
 	if o.ExitWhenSynced {
 		intake.Go(func() error { return watchToken(ctx, d.health.client) })
 		intake.Go(func() error {
@@ -307,14 +319,14 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 }
 
 // waitSynced reports whether the poller's first pass ended and the copier
-// drained before ctx did.
+// and the eraser drained before ctx did.
 func (d *parts) waitSynced(ctx context.Context) bool {
 	select {
 	case <-d.poller.FirstPassDone():
 	case <-ctx.Done():
 		return false
 	}
-	for d.copier != nil && !d.copier.Drained() {
+	for (d.copier != nil && !d.copier.Drained()) || (d.eraser != nil && !d.eraser.Idle()) {
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():

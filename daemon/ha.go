@@ -89,6 +89,9 @@ func (d *parts) leaderWork(ctx context.Context, withCopier bool) error {
 	if withCopier && d.copier != nil {
 		g.Go(func() error { return d.copier.Run(ctx) })
 	}
+	if d.eraser != nil { // the leader erases; every daemon honours the tombstones it loaded at start
+		g.Go(func() error { return d.eraser.Run(ctx) })
+	}
 	return g.Wait()
 }
 

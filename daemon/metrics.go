@@ -22,6 +22,7 @@ import (
 )
 
 // The metrics listener: /metrics, /healthz, /readyz, /status/sink,
+// POST /admin/resync (resync.go),
 // /status/ha and, with metrics.pprof, /debug/pprof/ (remote.go is its
 // client side).
 
@@ -62,13 +63,17 @@ const (
 	pprofWriteTimeout   = 2 * time.Minute
 )
 
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, e *ha.Elector, log *slog.Logger) error {
+// routes add endpoints to the mux (the admin endpoints, resync.go).
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, e *ha.Elector, log *slog.Logger, routes ...func(*http.ServeMux)) error {
 	writeTimeout := metricsWriteTimeout
 	if withPprof {
 		writeTimeout = pprofWriteTimeout
 	}
 	mux := metricsMux(withPprof, reg, h)
 	serveHAStatus(mux, e)
+	for _, add := range routes {
+		add(mux)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", addr, err)

@@ -124,6 +124,24 @@ func TestExportFlags(t *testing.T) {
 	}
 }
 
+func TestResyncFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"resync"}, exitUsage, "--survey ID is required"},
+		{[]string{"resync", "--survey", "1", "--from", "2024-13-01"}, exitUsage, "want 2006-01-02"},
+		{[]string{"resync", "--survey", "1", "--to", "soon"}, exitUsage, "--to"},
+		{[]string{"resync", "--survey", "1", "--metrics-listen", ""}, exitFail, "the demo's emulator lives inside a running daemon"},
+	} {
+		code, _, errOut := cli(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.msg) {
+			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
+		}
+	}
+}
+
 // export without ClickHouse reads the Parquet sink's files: every current
 // response once, with the BOM, and a Parquet file of the same rows.
 func TestExportFromParquetSink(t *testing.T) {

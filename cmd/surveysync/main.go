@@ -50,7 +50,9 @@ Usage:
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
+  surveysync resync --survey ID [--from DATE] [--to DATE]   read a survey's responses of a range again and write them as new versions
   surveysync export --survey ID [--output FILE] [--since TIME] [--bom] [--table T]   a survey's wide view (or long table) as CSV or Parquet (from ClickHouse, else the Parquet files)
+  surveysync erase --survey S --response ID | --contact ID   erase responses physically, audited (docs/privacy.md)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -82,6 +84,9 @@ type command struct {
 	// noAPI: the command never calls the survey service, so it needs
 	// neither api.token nor api.user_agent (config.WithoutAPI).
 	noAPI bool
+	// reload, when set, receives a function that loads the configuration
+	// again from the same file, environment and flags (run's SIGHUP).
+	reload *func() (*config.Config, error)
 }
 
 // Flags that matter to commands that only read the sink's state.
@@ -126,14 +131,15 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "run":
 		var exitWhenSynced bool
-		cfg, _, code := load(command{name: "run", about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
+		var reload func() (*config.Config, error)
+		cfg, _, code := load(command{name: "run", reload: &reload, about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.BoolVar(&exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill); exits 1 if a survey cannot be read")
 			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
-		return runDaemon(ctx, cfg, runFlags{exitWhenSynced: exitWhenSynced}, stdout, stderr)
+		return runDaemon(ctx, cfg, runFlags{exitWhenSynced: exitWhenSynced, reload: reload}, stdout, stderr)
 	case "doctor":
 		cfg, _, code := load(command{name: "doctor", about: "Check what run needs: the API token, every survey id, the sink, the object store, every listener, every feed source. Exits 1 if a check fails."},
 			rest, stdout, stderr)
@@ -162,6 +168,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return query(ctx, cfg, q, stdout, stderr)
 	case "feed":
 		return feedCLI(ctx, rest, stdout, stderr)
+	case "erase":
+		return eraseCLI(ctx, rest, stdout, stderr)
 	case "views":
 		var f viewsFlags
 		cfg, _, code := load(command{name: "views", configFlags: sinkFlags,
@@ -191,6 +199,19 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return export(ctx, cfg, f, stdout, stderr)
+	case "resync":
+		var f resyncFlags
+		cfg, _, code := load(command{name: "resync",
+			about: "Read a survey's responses completed (partial ones: started) in [--from, --to) again and write each as a new version (the *_current views then show the service's answer). A running daemon (answering on metrics.listen) queues the job; otherwise this process runs it and exits. The job is saved first: interrupted, the next run or resync finishes it.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
+				fs.StringVar(&f.from, "from", "", "the range's start, 2006-01-02 (UTC) or RFC 3339 (default: sync.backfill_from)")
+				fs.StringVar(&f.to, "to", "", "the range's end, excluded (default: now)")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return resync(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,
@@ -313,6 +334,12 @@ func load(c command, args []string, stdout, stderr io.Writer) (*config.Config, [
 	if err != nil {
 		fmt.Fprintf(stderr, "surveysync: configuration is not valid:\n%v\n", err)
 		return nil, nil, exitConfig
+	}
+	if c.reload != nil {
+		*c.reload = func() (*config.Config, error) {
+			cfg, _, err := config.LoadWarnings(*path, os.Environ(), fs, opts...)
+			return cfg, err
+		}
 	}
 	return cfg, pos, exitOK
 }
