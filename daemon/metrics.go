@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +17,6 @@ import (
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
@@ -27,25 +27,59 @@ import (
 
 // health answers /healthz and /readyz, and /status/sink (the state of
 // the pipeline's writes, for surveysync status and doctor).
+//
+// The metrics listener starts before the warehouse is open (the start-up
+// may wait for it): until Run attaches the assembled daemon's health, the
+// sink is nil and /readyz lists what the start-up waits for.
 type health struct {
+	mu     sync.Mutex // guards sink, checks and writes, set by attach
 	client *surveyapi.Client
 	sink   interface{ Ping(context.Context) error }
 	checks []func(context.Context) error
 	writes func() pipeline.WriteStatus
+	start  *startup // what the start-up waits for; nil: nothing
+	access func() error // the token's access to the surveys (access.go)
+}
+
+// attach takes the assembled daemon's sink and checks.
+func (h *health) attach(o *health) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sink, h.checks, h.writes, h.access = o.sink, o.checks, o.writes, o.access
+}
+
+// parts returns the sink, the checks, the writes' status and the access
+// check under the lock.
+func (h *health) parts() (interface{ Ping(context.Context) error }, []func(context.Context) error, func() pipeline.WriteStatus, func() error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sink, h.checks, h.writes, h.access
 }
 
 func (h *health) ready(ctx context.Context) error {
-	var errs []error
-	if !h.client.Healthy() {
+	errs := h.start.errs()
+	sink, checks, writes, access := h.parts()
+	if h.client != nil && !h.client.Healthy() {
 		errs = append(errs, fmt.Errorf("api: token rejected: %w", h.client.LastAuthError()))
 	}
-	if err := h.sink.Ping(ctx); err != nil {
+	if access != nil {
+		if err := access(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sink == nil {
+		if len(errs) == 0 {
+			errs = append(errs, errors.New("starting: the warehouse is being opened"))
+		}
+		return errors.Join(errs...)
+	}
+	if err := sink.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("sink: %w", err))
 	}
-	if err := writesReady(h.writes); err != nil {
+	if err := writesReady(writes); err != nil {
 		errs = append(errs, err)
 	}
-	for _, c := range h.checks {
+	for _, c := range checks {
 		if err := c(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -62,16 +96,18 @@ const (
 	pprofWriteTimeout   = 2 * time.Minute
 )
 
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, e *ha.Elector, log *slog.Logger) error {
+// serveMetrics serves the metrics listener in g until ctx ends. It
+// returns the mux, to which Run adds /status/ha once the daemon is
+// assembled (a ServeMux takes handlers while it serves).
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, log *slog.Logger) (*http.ServeMux, error) {
 	writeTimeout := metricsWriteTimeout
 	if withPprof {
 		writeTimeout = pprofWriteTimeout
 	}
 	mux := metricsMux(withPprof, reg, h)
-	serveHAStatus(mux, e)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics.listen %s: %w", addr, err)
+		return nil, fmt.Errorf("metrics.listen %s: %w", addr, err)
 	}
 	ln = netutil.LimitListener(ln, metricsMaxConns)
 	srv := &http.Server{
@@ -85,7 +121,7 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof
 	}
 	serveUntil(ctx, g, srv, ln, "metrics server", nil)
 	log.Info("metrics at /metrics, health at /healthz and /readyz", "listen", ln.Addr().String())
-	return nil
+	return mux, nil
 }
 
 // serveUntil serves srv on ln in g until ctx ends, then shuts it down
@@ -133,12 +169,13 @@ func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.Serve
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET "+SinkStatusPath, func(w http.ResponseWriter, r *http.Request) {
-		if h.writes == nil {
+		_, _, writes, _ := h.parts()
+		if writes == nil {
 			http.Error(w, "no pipeline", http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(h.writes())
+		_ = json.NewEncoder(w).Encode(writes())
 	})
 	return mux
 }

@@ -23,7 +23,7 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	log := daemon.NewLogger(cfg, stderr)
 	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync status:", err)
+		fmt.Fprintf(stderr, "surveysync status: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer wh.Close()
@@ -36,6 +36,9 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	now := time.Now()
 	o := statusOptions{now: now, settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval, daemon: daemon.Probe(ctx, cfg)}
 	printDaemon(stdout, cfg, o, states)
+	if o.daemon == daemon.StateRunning {
+		printToken(ctx, stdout, cfg)
+	}
 	fmt.Fprintln(stdout)
 	printStates(stdout, states, o)
 	printBudget(ctx, stdout, cfg)
@@ -79,6 +82,21 @@ func printDaemon(w io.Writer, cfg *config.Config, o statusOptions, states []pipe
 	default:
 		fmt.Fprintf(w, "daemon: unknown (metrics.listen is off); %s\n", age)
 	}
+}
+
+// printToken says when the running daemon's API token is rejected (the
+// error state of docs/operations.md, "Start-up"): nothing is synced until
+// it is fixed.
+func printToken(ctx context.Context, w io.Writer, cfg *config.Config) {
+	m, err := daemon.Scrape(ctx, daemon.Addr(cfg), "surveysync_api_token_rejected", "surveysync_api_auth_failed")
+	if err != nil || m["surveysync_api_token_rejected"] != 1 {
+		return
+	}
+	what := "HTTP 403 on every survey: the token's account may read none of them; its streams are retried at their back-off, up to every 30 min"
+	if m["surveysync_api_auth_failed"] == 1 {
+		what = "HTTP 401 on every call; the daemon probes once a minute and resumes by itself"
+	}
+	fmt.Fprintf(w, "API TOKEN REJECTED (%s): nothing is synced. Fix: check api.token (SURVEYSYNC_API__TOKEN) and api.base_url; surveysync doctor\n", what)
 }
 
 // set reports whether a saved time is set (ClickHouse keeps a zero time as
