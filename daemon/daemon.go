@@ -195,7 +195,7 @@ type parts struct {
 	rx      *webhookrx.Receiver
 	feeds   *feed.Runner
 	health  *health
-	elector *ha.Elector // nil without ha: this daemon leads
+	elector *ha.Elector  // nil without ha: this daemon leads
 	access  *accessWatch // the poller's lister: which surveys answer 403
 	log     *slog.Logger
 	surveys []int64

@@ -37,7 +37,7 @@ type health struct {
 	sink   interface{ Ping(context.Context) error }
 	checks []func(context.Context) error
 	writes func() pipeline.WriteStatus
-	start  *startup // what the start-up waits for; nil: nothing
+	start  *startup     // what the start-up waits for; nil: nothing
 	access func() error // the token's access to the surveys (access.go)
 }
 

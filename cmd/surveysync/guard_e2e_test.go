@@ -161,7 +161,7 @@ func TestRejectedTokenIsAnErrorStateOfTheDaemon(t *testing.T) {
 	cfg := writeConfig(t, e, nil, "sync:\n  poll_interval: 1s\n")
 	rewriteConfig(t, cfg, map[string]string{
 		"  token: " + tokenOf(e) + "\n": "  token: not-the-token-" + randHex(4) + "\n",
-		"metrics:\n  listen: \"\"\n":     "metrics:\n  listen: " + metrics + "\n",
+		"metrics:\n  listen: \"\"\n":    "metrics:\n  listen: " + metrics + "\n",
 	})
 	d := startDaemon(t, cfg)
 	waitReadyz(t, d, metrics, 503, "api: token rejected", 30*time.Second)

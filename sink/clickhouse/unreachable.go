@@ -16,7 +16,9 @@ type wrongPortError struct {
 	err  error
 }
 
-func (e *wrongPortError) Error() string { return "clickhouse: " + e.hint + " (ping: " + e.err.Error() + ")" }
+func (e *wrongPortError) Error() string {
+	return "clickhouse: " + e.hint + " (ping: " + e.err.Error() + ")"
+}
 func (e *wrongPortError) Unwrap() error { return e.err }
 
 // Unreachable reports whether an error of Open (or Ping) means the server
