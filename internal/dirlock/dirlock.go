@@ -81,7 +81,8 @@ func Acquire(dir string, me Holder) (*Lock, error) {
 		return nil, &HeldError{Dir: dir, Holder: h}
 	}
 	b, _ := json.Marshal(me)
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt(append(b, '\n'), 0)
 	}
 	if err != nil {
