@@ -78,6 +78,9 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 		for _, c := range wh.CheckWrites(ctx) {
 			check("writes to "+c.Table, describeRefusal(c.Err), c.Fix)
 		}
+		if holders, known := Holders(ctx, cfg, wh); known && len(holders) > 0 {
+			info("a daemon writes this warehouse: %s (run refuses a second one: docs/operations.md, \"One daemon per data directory or database\")", strings.Join(holders, "; "))
+		}
 	}
 	daemonRuns := false
 	if addr := Addr(cfg); addr != "" {

@@ -253,3 +253,32 @@ func randomID() string {
 	_, _ = crand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Holders describes the daemons that hold the warehouse now, as the
+// single-instance guard sees them — the Parquet folder's lock, or the live
+// leases in ClickHouse — for surveysync status and doctor. known is false
+// when the guard cannot tell (ha, or the leases cannot be read).
+func Holders(ctx context.Context, cfg *config.Config, wh warehouse.Warehouse) (holders []string, known bool) {
+	if cfg.HA.Enabled() {
+		return nil, false
+	}
+	if store := wh.Leases(); store != nil {
+		live, err := store.Live(ctx, LeaseExpiry)
+		if err != nil {
+			return nil, false
+		}
+		for _, o := range live {
+			holders = append(holders, fmt.Sprintf("host %s, pid %d, started %s, lease renewed %s ago",
+				o.Host, o.PID, o.Started.UTC().Format(time.RFC3339), RoundDuration(o.HeartbeatAge)))
+		}
+		return holders, true
+	}
+	dir, err := filepath.Abs(cfg.Parquet.Dir)
+	if err != nil {
+		return nil, false
+	}
+	if held, h := dirlock.Held(dir); held {
+		holders = append(holders, h.String()+", holds the lock on parquet.dir")
+	}
+	return holders, true
+}

@@ -62,9 +62,12 @@ func TestSecondDaemonOnOneDataDirIsRefused(t *testing.T) {
 	first := startDaemon(t, cfg)
 	waitOutput(t, first, "surveysync started", 30*time.Second)
 	t.Logf("refused: %s", refused(t, cfg, first, "is in use by another surveysync daemon"))
+	// metrics.listen is off: status tells from the lock.
+	statusSays(t, cfg, fmt.Sprintf("daemon: running (metrics.listen is off; host %s, pid %d", hostname(), first.cmd.Process.Pid))
 
 	_ = first.cmd.Process.Kill()
 	_ = first.cmd.Wait()
+	statusSays(t, cfg, "daemon: NOT RUNNING")
 	again := startDaemon(t, cfg)
 	waitOutput(t, again, "surveysync started", 30*time.Second)
 	_ = again.cmd.Process.Signal(syscall.SIGTERM)
@@ -83,6 +86,7 @@ func TestSecondDaemonOnOneDatabaseIsRefused(t *testing.T) {
 	first := startDaemon(t, cfgA)
 	waitOutput(t, first, "lease taken", time.Minute)
 	t.Logf("refused: %s", refused(t, cfgB, first, "another surveysync daemon writes"))
+	statusSays(t, cfgB, fmt.Sprintf("pid %d, started", first.cmd.Process.Pid), "lease renewed")
 
 	forced := startDaemon(t, cfgB, "--force")
 	waitOutput(t, forced, "--force: starting although another daemon holds a live lease", time.Minute)
@@ -197,4 +201,26 @@ func scrapeOne(addr, name string) (float64, error) {
 		return 0, fmt.Errorf("no %s on /metrics", name)
 	}
 	return v, nil
+}
+
+func hostname() string { h, _ := os.Hostname(); return h }
+
+// statusSays runs surveysync status (without the API token) and checks its
+// output.
+func statusSays(t *testing.T, cfg string, want ...string) {
+	t.Helper()
+	out, code := runCLIBin(t, "status", "--config", withoutAPISecrets(t, cfg))
+	if code != exitOK {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("status lacks %q:\n%s", w, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "daemon:") {
+			t.Logf("status: %s", l)
+		}
+	}
 }

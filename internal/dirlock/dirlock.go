@@ -70,7 +70,13 @@ func Acquire(dir string, me Holder) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
+	// A moment's wait: surveysync status may hold a shared lock for an
+	// instant to see whether a daemon runs (Held).
 	held, err := tryLock(f)
+	for deadline := time.Now().Add(time.Second); err == nil && held && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		held, err = tryLock(f)
+	}
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
