@@ -411,7 +411,7 @@ func applyEntries(k *koanf.Koanf, entries []entry, sources map[string]string) []
 		}
 		val, err := fromString(leaf, e.value)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s in %s: %s", path, e.origin, hideIfSecret(leaf, err)))
+			errs = append(errs, fmt.Errorf("%s in %s: %s", path, e.origin, hideIfSecret(leaf, err))) //nolint:errorlint // a secret's parse error is replaced, not wrapped
 			continue
 		}
 		if j := structListAt(segs); j >= 0 {
@@ -796,11 +796,6 @@ func fieldByTag(t reflect.Type, tag string) (reflect.Type, bool) {
 		}
 	}
 	return nil, false
-}
-
-func fieldType(t reflect.Type, tag string) reflect.Type {
-	ft, _ := fieldByTag(t, tag)
-	return ft
 }
 
 func tagsOf(t reflect.Type) []string {

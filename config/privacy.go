@@ -103,7 +103,7 @@ func (p Privacy) Key() ([]byte, error) {
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return nil, fmt.Errorf("privacy.hash_key_file (%s) cannot be read: %v", p.HashKeyFile, err)
+			return nil, fmt.Errorf("privacy.hash_key_file (%s) cannot be read: %w", p.HashKeyFile, err)
 		}
 		b = bytes.TrimSuffix(b, []byte("\n"))
 		if len(b) < MinHashKeyBytes {

@@ -45,7 +45,7 @@ func daemonBinary(t testing.TB) string {
 		binPath = filepath.Join(binDir, "surveysync")
 		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/surveysync").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/surveysync: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build ./cmd/surveysync: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

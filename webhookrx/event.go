@@ -145,7 +145,8 @@ func bodyID(body []byte) string {
 }
 
 // validID reports whether a webhook-id can serve as an event id: 1 to 255
-// printable ASCII characters without spaces (ids go into done.log lines).
+// printable ASCII characters without spaces (ids are logged, and were
+// lines of the former spool's done.log).
 func validID(id string) bool {
 	if id == "" || len(id) > 255 {
 		return false
@@ -173,7 +174,7 @@ func parseEvent(body []byte) (survey.WebhookEvent, error) {
 		if errors.As(err, &ute) {
 			return ev, fmt.Errorf("body must be a JSON object, got %s", ute.Value)
 		}
-		return ev, fmt.Errorf("invalid JSON: %v", err)
+		return ev, fmt.Errorf("invalid JSON: %w", err)
 	}
 	if raw == nil {
 		return ev, errors.New("body must be a JSON object, got null")
@@ -193,7 +194,7 @@ func parseEvent(body []byte) (survey.WebhookEvent, error) {
 	sid, err := flexInt(raw["survey_id"])
 	switch {
 	case err != nil && kind != KindUnknown:
-		return ev, fmt.Errorf("%s: survey_id: %v", ev.EventName, err)
+		return ev, fmt.Errorf("%s: survey_id: %w", ev.EventName, err)
 	case err == nil && sid != nil:
 		ev.SurveyID = *sid
 	case sid == nil && kind != KindUnknown:
@@ -208,7 +209,7 @@ func parseEvent(body []byte) (survey.WebhookEvent, error) {
 		} else if g, err := survey.ParseGUID(s); err == nil {
 			ev.ResponseID = g
 		} else if kind == KindResponseReceived {
-			return ev, fmt.Errorf("response_received: response_id: %v", err)
+			return ev, fmt.Errorf("response_received: response_id: %w", err)
 		}
 	}
 	if kind == KindResponseReceived && ev.ResponseID == "" {

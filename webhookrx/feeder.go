@@ -11,18 +11,19 @@ import (
 //
 // Memory: only the events handed out (in the work queue or in a worker)
 // hold their bodies, at most SpoolMemoryBytes of them (at least one event);
-// the other waiting events are index entries, read back from their segment
-// when their turn comes.
+// the other waiting events are index entries, read back from the spool's
+// database when their turn comes.
 //
 // Failures: an event whose Process fails transiently does not hold its
 // worker. It is parked behind a gate of its survey: the survey's other
 // events are parked too as they come, and once the gate is due (RetryInitial
-// doubling to RetryMax per failure in a row, with jitter) one of them is
+// doubling to RetryMax per failure in a row, with equal jitter:
+// internal/backoff) one of them is
 // tried as a probe: the one with the fewest failed attempts, then the
 // oldest. When any event of the survey succeeds (or is rejected: the
 // processor works, the event was bad), the gate opens: its parked events
 // that never failed go before the backlog, those that failed wait for their
-// own backoff (RetryInitial doubling to RetryMax per attempt), so one event
+// own backoff (the same schedule per attempt of the event), so one event
 // that keeps failing neither holds its survey nor is called in a loop.
 // Events of other surveys flow meanwhile. During an outage of the sink or
 // the API every survey is gated, so the calls made are one probe per survey
@@ -49,9 +50,19 @@ type gate struct {
 	index    int // in the heap, -1 when not in it
 }
 
-func newFeeder(r *Receiver, sp *spool, backlog []uint64) *feeder {
-	return &feeder{r: r, sp: sp, backlog: seqFIFO{items: backlog}, gates: map[int64]*gate{},
-		attempts: sp.attempts, now: time.Now}
+// newFeeder queues the events left in the spool, in spool order; one that
+// failed before the restart waits for the attempt time it was given then.
+func newFeeder(r *Receiver, sp *spool, waiting []uint64) *feeder {
+	f := &feeder{r: r, sp: sp, gates: map[int64]*gate{}, attempts: sp.attempts, now: time.Now}
+	now := f.now()
+	for _, seq := range waiting {
+		if at, ok := sp.retryAt[seq]; ok && at.After(now) {
+			heap.Push(&f.retries, retryItem{due: at, seq: seq})
+			continue
+		}
+		f.backlog.push(seq)
+	}
+	return f
 }
 
 // accepted takes a newly spooled event: straight to the queue (its body is
@@ -84,7 +95,7 @@ func (f *feeder) outcome(o outcomeReq) {
 			now := f.now()
 			for _, seq := range g.parked {
 				if n := f.attempts[seq]; n > 0 {
-					heap.Push(&f.retries, retryItem{due: now.Add(jitter(f.r.backoff(n))), seq: seq})
+					heap.Push(&f.retries, retryItem{due: now.Add(f.r.retry.Delay(n)), seq: seq})
 				} else {
 					f.released.push(seq)
 				}
@@ -101,7 +112,7 @@ func (f *feeder) outcome(o outcomeReq) {
 	}
 	if f.attempts[o.seq] != o.attempts {
 		f.attempts[o.seq] = o.attempts
-		f.sp.noteAttempts(o.seq, o.attempts)
+		f.sp.noteAttempts(o.seq, o.attempts, f.now().Add(f.r.retry.Delay(o.attempts)))
 	}
 	if g == nil {
 		g = &gate{survey: o.survey, index: -1}
@@ -113,7 +124,7 @@ func (f *feeder) outcome(o outcomeReq) {
 		g.probe = 0
 	}
 	if g.probe == 0 {
-		g.at = f.now().Add(jitter(f.r.backoff(g.failures)))
+		g.at = f.now().Add(f.r.retry.Delay(g.failures))
 		if g.index >= 0 {
 			heap.Fix(&f.due, g.index)
 		} else {

@@ -269,3 +269,31 @@ func TestAttemptsSurviveRestart(t *testing.T) {
 		t.Fatalf("attempts %d after %d failures before the restart", got, failed)
 	}
 }
+
+// An event that failed before a restart waits, after it, for the next
+// attempt time it was given (its own backoff survives the restart).
+func TestFailedEventWaitsItsTimeAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(t, dir)
+	o.RetryInitial, o.RetryMax = 2*time.Second, 4*time.Second // the first wait: 1–2 s
+	var calls atomic.Int64
+	rx := start(t, o, ProcessorFunc(func(context.Context, Event) error {
+		calls.Add(1)
+		return errors.New("HTTP 503")
+	}), nil)
+	post(t, rx.url, surveyResponseBody(1, 1), nil)
+	waitFor(t, "one failed attempt", func() bool { return calls.Load() == 1 })
+	if err := rx.stop(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	var at atomic.Int64
+	start(t, o, ProcessorFunc(func(context.Context, Event) error {
+		at.CompareAndSwap(0, int64(time.Since(restarted)))
+		return nil
+	}), nil)
+	waitFor(t, "the event processed", func() bool { return at.Load() != 0 })
+	if d := time.Duration(at.Load()); d < 500*time.Millisecond {
+		t.Fatalf("processed %v after the restart, before its next attempt time (≥ 1 s after the failure)", d)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 )
 
@@ -256,13 +257,46 @@ func counter(t testing.TB, reg *prometheus.Registry, name string, labels ...stri
 	return 0
 }
 
-func walFiles(t testing.TB, dir string) []string {
+// eventsOnDisk counts the events in the spool's database in dir, read
+// from a copy (a running receiver holds the file's lock); -1 when the
+// copy does not open (taken mid-commit: ask again).
+func eventsOnDisk(t testing.TB, dir string) int {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix))
+	data, err := os.ReadFile(filepath.Join(dir, dbName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	cp := filepath.Join(t.TempDir(), dbName)
+	if err := os.WriteFile(cp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(cp, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return -1
+	}
+	defer db.Close()
+	n := -1
+	_ = db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketEvents); b != nil {
+			n = b.Stats().KeyN
+		}
+		return nil
+	})
+	return n
+}
+
+// legacyFiles lists the files of the spool's former format left in dir.
+func legacyFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, pat := range []string{legacySegPrefix + "*" + legacySegSuffix, legacyDoneName, legacyRetryName, "*.tmp"} {
+		m, err := filepath.Glob(filepath.Join(dir, pat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	return out
 }
 
 func responseBody(i int) string {

@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time, memory func() f
 		}),
 		commitDur: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "surveysync_webhook_spool_commit_duration_seconds",
-			Help:    "Duration of one group commit (write + fdatasync) of the webhook spool.",
+			Help:    "Duration of one group commit (one bbolt transaction, written and fdatasynced) of the webhook spool.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
 		}),
 		commitEvents: prometheus.NewHistogram(prometheus.HistogramOpts{

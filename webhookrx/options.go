@@ -61,14 +61,14 @@ type Options struct {
 	// SpoolMemoryBytes bounds the bodies of spooled events held in memory:
 	// those handed to the workers (queued or being processed). The other
 	// waiting events are kept as small index entries and read back from
-	// the spool files when their turn comes. Default 16 MiB; at least one
+	// the spool's database when their turn comes. Default 16 MiB; at least one
 	// event is always handed out.
 	SpoolMemoryBytes int64
-	// SegmentBytes is the size at which a spool segment file is closed and a
-	// new one started. Default 4 MiB.
+	// SegmentBytes bounds the bodies of one group commit (the name is the
+	// former segmented log's). Default 4 MiB.
 	SegmentBytes int64
 	// DedupeIDs is how many processed event ids are remembered (in memory
-	// and in SpoolDir/done.log) to acknowledge redeliveries without
+	// and in the spool's database) to acknowledge redeliveries without
 	// processing them again. Default 100 000.
 	DedupeIDs int
 	// RetryAfter is the Retry-After sent with a 503. Default 60 s.
@@ -210,7 +210,7 @@ func (o Options) resolve() (*settings, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s.Options.setDefaults()
+	s.setDefaults()
 	s.logger = o.Logger
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))

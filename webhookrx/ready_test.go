@@ -19,8 +19,8 @@ func TestReadyRecoversWithoutTrafficAfterSpoolDiskFreed(t *testing.T) {
 		t.Fatalf("first event: %d %s", st, body)
 	}
 	d.Break(t)
-	// The segment's last page may still take a few events: post until
-	// the spool refuses one.
+	// Pages the database already has may still take a few events: post
+	// until the spool refuses one.
 	n := 1
 	for ; ; n++ {
 		st, body, _ := post(t, rx.url, responseBody(n), nil)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/internal/permanent"
 )
 
@@ -22,7 +22,7 @@ import (
 // bounds its bytes).
 const maxCommitBatch = 512
 
-// Done marks are written to done.log in groups.
+// Done marks (with the retry counts noted meanwhile) are committed in groups.
 const (
 	doneSyncInterval = 50 * time.Millisecond
 	doneSyncMax      = 1024
@@ -35,6 +35,8 @@ type Receiver struct {
 	proc Processor
 	elog EventLog
 	m    *metrics
+
+	retry backoff.Policy // the wait after failed attempts: of an event, of a survey's gate, of the event log
 
 	appendCh chan *appendReq
 	doneCh   chan []doneMark
@@ -67,7 +69,7 @@ type appendReq struct {
 	res chan appendResult
 }
 
-// completion is a processed event on its way to the event log and done.log.
+// completion is a processed event on its way to the event log and its done mark.
 type completion struct {
 	entry LogEntry
 	mark  doneMark
@@ -85,6 +87,7 @@ func New(o Options, p Processor, log EventLog) (*Receiver, error) {
 	}
 	r := &Receiver{
 		s: s, proc: p, elog: log,
+		retry:    backoff.Policy{Initial: s.RetryInitial, Max: s.RetryMax},
 		appendCh: make(chan *appendReq, maxCommitBatch),
 		doneCh:   make(chan []doneMark, 16),
 		outcomes: make(chan outcomeReq, s.ProcessConcurrency),
@@ -122,7 +125,7 @@ func (r *Receiver) Started() <-chan struct{} { return r.started }
 // readiness sends no webhook to a daemon that is not ready, so a failed
 // spool write must not keep it unready once the disk is freed. When the
 // probe succeeds after a failed write, the failure is forgotten (and a
-// line logged); the next write starts a new segment.
+// line logged).
 func (r *Receiver) Ready() error {
 	select {
 	case <-r.started:
@@ -142,7 +145,7 @@ func (r *Receiver) Ready() error {
 		last := r.spoolErr
 		r.errMu.Unlock()
 		if last != nil {
-			return fmt.Errorf("webhookrx: spool dir: %w (last spool write failed: %v)", err, last)
+			return fmt.Errorf("webhookrx: spool dir: %w (last spool write failed: %w)", err, last)
 		}
 		return fmt.Errorf("webhookrx: spool dir: %w", err)
 	}
@@ -175,7 +178,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return errors.New("webhookrx: Run called twice")
 	}
 	s := r.s
-	sp, replay, err := openSpool(s.SpoolDir, s.SegmentBytes, s.DedupeIDs, s.logger)
+	sp, replay, err := openSpool(s.SpoolDir, s.DedupeIDs, s.logger)
 	if err != nil {
 		return err
 	}
@@ -261,7 +264,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			_ = srv.Close()
 		}
 		cancel()
-		<-serveErr
+		<-serveErr //nolint:errcheck // Shutdown's error was logged above; Serve's is ErrServerClosed
 	}
 	// 2. Workers take no new events; in-flight ones get ShutdownTimeout.
 	//    A Processor that ignores its cancelled context is abandoned after
@@ -293,18 +296,19 @@ func (r *Receiver) Run(ctx context.Context) error {
 }
 
 // spoolLoop owns the spool: it commits submitted events in groups (one
-// write and one fdatasync for all requests waiting), records done marks, and
-// hands events to the workers within the memory window (feeder).
+// transaction for all requests waiting), commits done marks, and hands
+// events to the workers within the memory window (feeder).
 func (r *Receiver) spoolLoop(sp *spool, fd *feeder, stop <-chan struct{}) {
 	defer sp.close()
-	// Done marks are synced in groups, every doneSyncInterval or doneSyncMax
-	// marks: a crash loses at most that window of marks, whose events are
-	// then processed again (idempotently) at the next start.
+	// Done marks are committed in groups, every doneSyncInterval or
+	// doneSyncMax marks: a crash loses at most that window of marks, whose
+	// events are then processed again (idempotently) at the next start.
+	// The attempt counts noted meanwhile go in the same transaction.
 	var marks []doneMark
 	tick := time.NewTicker(doneSyncInterval)
 	defer tick.Stop()
 	flushMarks := func() {
-		if len(marks) == 0 {
+		if len(marks) == 0 && !sp.dirty() {
 			return
 		}
 		if err := sp.markDone(marks); err != nil {
@@ -363,6 +367,16 @@ func (r *Receiver) spoolLoop(sp *spool, fd *feeder, stop <-chan struct{}) {
 			flushMarks()
 			fd.fill()
 		case <-stop:
+			// The workers have stopped: take their last reports (attempt
+			// counts to keep) and marks.
+			for drained := false; !drained; {
+				select {
+				case o := <-r.outcomes:
+					fd.outcome(o)
+				default:
+					drained = true
+				}
+			}
 			drainMarks()
 			flushMarks()
 			close(r.stopped)
@@ -421,7 +435,7 @@ func (r *Receiver) updateGauges(sp *spool) {
 
 // worker processes queued events until stop. An event gets one Process
 // call per turn: done (processed, rejected, ignored) it goes to the log and
-// done.log; failed transiently it goes back to the spool loop, which hands
+// is marked done; failed transiently it goes back to the spool loop, which hands
 // it out again after its own backoff, so the worker takes the next event
 // meanwhile (one survey's failing events do not hold the workers).
 func (r *Receiver) worker(ctx context.Context, stop <-chan struct{}, out chan<- completion) {
@@ -492,21 +506,6 @@ func (r *Receiver) attempt(ctx context.Context, w work) (completion, attemptResu
 	return completion{}, attemptRetry
 }
 
-// backoff is the wait after the n-th failed attempt of an event: from
-// RetryInitial doubling to RetryMax (before jitter).
-func (r *Receiver) backoff(n int) time.Duration {
-	d := r.s.RetryInitial
-	for i := 1; i < n && d < r.s.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, r.s.RetryMax)
-}
-
-// jitter spreads d over ±20 %.
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
 // logger batches completions into the EventLog, then hands their done
 // marks to the spool loop. A batch whose log write fails is retried until
 // stop; past stop it gets one last attempt and otherwise stays in the spool.
@@ -575,8 +574,7 @@ func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool
 	for i, c := range batch {
 		entries[i] = c.entry
 	}
-	delay := r.s.RetryInitial
-	for {
+	for failures := 1; ; failures++ {
 		ctx, cancel := context.WithTimeout(context.Background(), r.s.ShutdownTimeout)
 		err := r.elog.LogEvents(ctx, entries)
 		cancel()
@@ -598,7 +596,7 @@ func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool
 			r.s.logger.Warn("webhook event log write failed while stopping; the events stay in the spool", "events", len(entries), "error", err)
 			return false
 		}
-		wait := jitter(delay)
+		wait := r.retry.Delay(failures)
 		r.s.logger.Warn("webhook event log write failed; will retry", "events", len(entries), "retry_in", wait.Round(time.Millisecond), "error", err)
 		t := time.NewTimer(wait)
 		select {
@@ -606,7 +604,6 @@ func (r *Receiver) writeLog(batch []completion, stop <-chan struct{}, final bool
 		case <-stop:
 			t.Stop()
 		}
-		delay = min(2*delay, r.s.RetryMax)
 	}
 }
 

@@ -44,14 +44,14 @@ func TestEventsOfEachKindSpooledThenProcessed(t *testing.T) {
 	if got := counter(t, rx.reg, "surveysync_webhook_spool_events"); got != 6 {
 		t.Errorf("spool_events = %v, want 6", got)
 	}
-	if len(walFiles(t, o.SpoolDir)) == 0 {
-		t.Error("no spool segment on disk")
+	if n := eventsOnDisk(t, o.SpoolDir); n != 6 {
+		t.Errorf("%d events in the spool's database, want 6", n)
 	}
 	waitFor(t, "the first Process call", func() bool { return p.callCount() == 1 })
 	close(p.block)
 	waitFor(t, "5 events processed and 6 logged", func() bool { return len(p.processed()) == 5 && len(log.all()) == 6 })
 	waitFor(t, "spool emptied", func() bool {
-		return counter(t, rx.reg, "surveysync_webhook_spool_events") == 0 && len(walFiles(t, o.SpoolDir)) == 0
+		return counter(t, rx.reg, "surveysync_webhook_spool_events") == 0 && eventsOnDisk(t, o.SpoolDir) == 0
 	})
 
 	got := p.processed()
@@ -189,12 +189,12 @@ func TestProcessorFailingKeepsEventsUntilRecovery(t *testing.T) {
 	if v := counter(t, rx.reg, "surveysync_webhook_spool_events"); v != n {
 		t.Errorf("spool_events while failing = %v, want %d", v, n)
 	}
-	if len(walFiles(t, o.SpoolDir)) == 0 {
-		t.Error("spool files gone while processing fails")
+	if eventsOnDisk(t, o.SpoolDir) != n {
+		t.Error("spooled events gone while processing fails")
 	}
 	p.setFail(nil)
 	waitFor(t, "all processed", func() bool { return len(p.processed()) == n })
-	waitFor(t, "spool emptied", func() bool { return len(walFiles(t, o.SpoolDir)) == 0 })
+	waitFor(t, "spool emptied", func() bool { return eventsOnDisk(t, o.SpoolDir) == 0 })
 	assertOnce(t, p.processed(), n)
 }
 
@@ -267,7 +267,7 @@ func TestStopWithSpooledEventsThenReplay(t *testing.T) {
 	o.ProcessConcurrency = 1
 	rx2 := start(t, o, p2, nil)
 	waitFor(t, "all replayed", func() bool { return len(p2.processed()) == n })
-	waitFor(t, "spool emptied", func() bool { return len(walFiles(t, dir)) == 0 })
+	waitFor(t, "spool emptied", func() bool { return eventsOnDisk(t, dir) == 0 })
 	got := p2.processed()
 	assertOnce(t, got, n)
 	for i := 1; i < len(got); i++ {
@@ -489,7 +489,7 @@ func TestDuplicatesProcessedOnce(t *testing.T) {
 	p2 := newRecorder()
 	rx2 := start(t, o, p2, nil)
 	rx = rx2
-	send(responseBody(1), idHdr, "duplicate") // after a restart (done.log)
+	send(responseBody(1), idHdr, "duplicate") // after a restart (the done window)
 	send(responseBody(2), nil, "duplicate")
 	send(responseBody(3), nil, "accepted")
 	waitFor(t, "new one processed", func() bool { return len(p2.processed()) == 1 })

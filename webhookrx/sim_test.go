@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // flakyFront stands for the network and load balancer in front of the

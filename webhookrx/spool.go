@@ -1,106 +1,108 @@
 package webhookrx
 
 import (
-	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/surveysync/surveysync/internal/atomicfile"
+	"github.com/surveysync/surveysync/internal/kvstore"
 )
 
-// The spool is a write-ahead log in SpoolDir:
+// The spool is a bbolt database, SpoolDir/spool.db (internal/kvstore):
 //
-//	wal-<first seq, 20 digits>.log   segments of records, appended and fdatasync'ed
-//	done.log                         "<seq> <id>" per processed event (the dedupe index)
-//	lock                             flock'ed while a receiver runs
+//	events   seq → [received_at unix ns int64][len(id) uint16][id][body]   the events waiting
+//	done     n → [seq uint64][id]   the last DedupeIDs processed events, in the order they were done
+//	retries  seq → [attempts uint32][next attempt unix ns int64]   failed Process calls of waiting events
+//	meta     legacy_imported → unix ns   the former log files were imported (legacy.go)
 //
-// A record is [len uint32][crc32c uint32][payload]; the payload is
-// [seq uint64][received_at unix ns int64][len(id) uint16][id][body]. A batch
-// of records is written with one write and one fdatasync before any of its
-// requests is answered (group commit); a new segment file's directory entry
-// is fsync'ed too. A torn or corrupt record ends its segment on replay: it
-// can only be the tail of a batch that was never acknowledged. A segment is
-// deleted once every event in it is done, and a closed one that is three
-// quarters done is rewritten with its waiting events only.
+// The events bucket's sequence is the last sequence number given, so
+// numbers keep increasing across restarts when the spool is empty.
+// SpoolDir/lock is flock'ed while a receiver runs.
+//
+// A group of events is put in one write transaction, committed (written
+// and fdatasync'ed) before any of its requests is answered (group commit).
+// An event's done mark deletes it from events and adds it to done in one
+// transaction; done marks and retry counts are committed together, in
+// groups. A crash leaves the last committed transaction: nothing answered
+// 200 is lost, nothing done is done twice, except the marks of the group
+// being committed (those events are processed again).
 const (
-	segPrefix  = "wal-"
-	segSuffix  = ".log"
-	doneName   = "done.log"
-	retryName  = "retries.log"
-	lockName   = "lock"
-	recHdrLen  = 8
-	payloadFix = 8 + 8 + 2
+	dbName   = "spool.db"
+	lockName = "lock"
+	// compactFreeBytes: a spool file with more free space than this, and
+	// three quarters of it free, is rewritten at start (compact).
+	compactFreeBytes = 64 << 20
+	// eventOverhead is what an event costs beyond its id and body when it
+	// is counted against SpoolMaxBytes and the memory window: the record
+	// header of the former log, kept so the caps mean what they meant.
+	eventOverhead = 26
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// segment is one WAL file.
-type segment struct {
-	name    string
-	first   uint64
-	f       *os.File // open while the segment is the active one
-	rf      *os.File // opened to read events back, closed with the segment
-	size    int64
-	live    int // events in it not yet done
-	records int // events written in it (live and done)
-}
+var (
+	bucketEvents  = []byte("events")
+	bucketDone    = []byte("done")
+	bucketRetries = []byte("retries")
+	bucketMeta    = []byte("meta")
+	keyImported   = []byte("legacy_imported")
+)
 
 // spooled is an accepted event not yet done: only its index entry stays in
-// memory; the body is read back from its segment when a worker needs it
+// memory; the body is read back from the database when a worker needs it
 // (read), so the spool's memory does not grow with the events waiting.
 type spooled struct {
 	seq        uint64
 	id         string
 	survey     int64 // for the feeder's gates
 	receivedAt time.Time
-	seg        *segment
-	off        int64 // of the record in seg
-	size       int64 // of the record
+	size       int64 // id, body and eventOverhead
+}
+
+// retryState is a waiting event's failed attempts and when it may be
+// tried again.
+type retryState struct {
+	attempts int
+	next     time.Time
 }
 
 // spool is owned by one goroutine (the receiver's spool loop); it is not
 // safe for concurrent use.
 type spool struct {
-	dir      string
-	segBytes int64
-	log      *slog.Logger
-	lock     *os.File
-	dirf     *os.File
-	segs     []*segment
-	active   *segment
-	nextSeq  uint64
-	bySeq    map[uint64]*spooled
-	byID     map[string]*spooled
-	order    []uint64 // seqs in acceptance order; order[head:] may hold done ones
-	head     int
-	bytes    int64
-	done     *doneIndex
-	// doneAtLoad counts, by kind, the events found in segments at start
-	// that were already done (a crash between done.log and the deletion).
+	dir     string
+	log     *slog.Logger
+	lock    *os.File
+	db      *bolt.DB
+	nextSeq uint64
+	bySeq   map[uint64]*spooled
+	byID    map[string]*spooled
+	order   []uint64 // seqs in acceptance order; order[head:] may hold done ones
+	head    int
+	bytes   int64
+	done    *doneIndex
+	// doneAtLoad counts, by kind, the events found at start that were
+	// already done (only in a spool of the former format, legacy.go).
 	doneAtLoad map[string]int
 	// replayedKinds counts, by kind, the events found waiting at start.
 	replayedKinds map[string]int
-	// attempts are the failed Process calls of waiting events recorded in
-	// retries.log ("<seq> <attempts>" per failed attempt, best effort, not
-	// synced): so an event's attempt count and backoff survive a restart.
+	// attempts are the failed Process calls of waiting events (the
+	// feeder's map): so an event's attempt count survives a restart.
 	attempts map[uint64]int
-	retryF   *os.File
+	// retryAt is, for the events loaded at start that failed before, when
+	// they may be tried again (their own backoff survives a restart).
+	retryAt map[uint64]time.Time
+	// pending are attempt counts noted since the last commit of marks.
+	pending map[uint64]retryState
 }
 
-// openSpool locks dir, loads the done index and the segments, and returns
-// the sequence numbers of the events still to process, in spool order
-// (read their bodies with read).
-func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*spool, []uint64, error) {
+// openSpool locks dir, opens the database (importing a spool of the former
+// format first) and returns the sequence numbers of the events still to
+// process, in spool order (read their bodies with read).
+func openSpool(dir string, dedupeIDs int, log *slog.Logger) (*spool, []uint64, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("webhookrx: spool dir: %w", err)
 	}
@@ -109,147 +111,153 @@ func openSpool(dir string, segBytes int64, dedupeIDs int, log *slog.Logger) (*sp
 		return nil, nil, err
 	}
 	s := &spool{
-		dir: dir, segBytes: segBytes, log: log, lock: lock,
+		dir: dir, log: log, lock: lock,
 		bySeq: map[uint64]*spooled{}, byID: map[string]*spooled{}, doneAtLoad: map[string]int{}, replayedKinds: map[string]int{},
+		done: newDoneIndex(dedupeIDs), attempts: map[uint64]int{}, retryAt: map[uint64]time.Time{}, pending: map[uint64]retryState{},
 	}
 	fail := func(err error) (*spool, []uint64, error) {
 		s.close()
 		return nil, nil, err
 	}
-	if s.dirf, err = os.Open(dir); err != nil {
-		return fail(fmt.Errorf("webhookrx: spool dir: %w", err))
-	}
-	if s.done, err = openDoneIndex(dir, dedupeIDs); err != nil {
+	if s.db, err = kvstore.Open(filepath.Join(dir, dbName), "webhookrx: spool"); err != nil {
 		return fail(err)
 	}
-	names, err := segmentNames(dir)
-	if err != nil {
-		return fail(err)
-	}
-	if stale, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(stale) > 0 {
-		for _, f := range stale {
-			_ = os.Remove(f) // a compaction cut short; the original is still there
-		}
-	}
-	maxSeq := s.done.maxSeq
-	var evs []uint64
-	for _, name := range names {
-		seg, loaded, last, err := s.loadSegment(name)
-		if err != nil {
-			return fail(err)
-		}
-		maxSeq = max(maxSeq, last)
-		if seg.live == 0 {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fail(fmt.Errorf("webhookrx: spool: remove done segment: %w", err))
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketEvents, bucketDone, bucketRetries, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
 			}
-			continue
 		}
-		s.segs = append(s.segs, seg)
-		evs = append(evs, loaded...)
+		return nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("webhookrx: spool %s: %w", dir, err))
 	}
-	s.nextSeq = maxSeq + 1
-	if err := s.openRetries(); err != nil {
+	if err := s.importLegacy(dedupeIDs); err != nil {
 		return fail(err)
+	}
+	if err := s.compact(compactFreeBytes); err != nil {
+		return fail(err)
+	}
+	evs, err := s.load()
+	if err != nil {
+		return fail(fmt.Errorf("webhookrx: spool %s: %w", dir, err))
 	}
 	return s, evs, nil
 }
 
-// openRetries loads retries.log, keeps the counts of events still waiting,
-// and rewrites it with them.
-func (s *spool) openRetries() error {
-	s.attempts = map[uint64]int{}
-	path := filepath.Join(s.dir, retryName)
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("webhookrx: spool: read %s: %w", retryName, err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		a, b, ok := strings.Cut(line, " ")
-		seq, err1 := strconv.ParseUint(a, 10, 64)
-		n, err2 := strconv.Atoi(b)
-		if ok && err1 == nil && err2 == nil && n > 0 && s.bySeq[seq] != nil {
-			s.attempts[seq] = max(s.attempts[seq], n)
-		}
-	}
-	var b strings.Builder
-	for seq, n := range s.attempts {
-		fmt.Fprintf(&b, "%d %d\n", seq, n)
-	}
-	if err := atomicfile.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", retryName, err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+// compact rewrites the database without its free pages when more than
+// minFree bytes and three quarters of the file are free (after an outage
+// filled the spool, say): bbolt reuses free pages but never shrinks its
+// file. The copy is synced and renamed over the original, so a crash
+// leaves one or the other whole.
+func (s *spool) compact(minFree int64) error {
+	path := filepath.Join(s.dir, dbName)
+	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("webhookrx: spool: open %s: %w", retryName, err)
+		return fmt.Errorf("webhookrx: spool: %w", err)
 	}
-	s.retryF = f
+	st := s.db.Stats()
+	free := int64(st.FreePageN+st.PendingPageN) * int64(s.db.Info().PageSize)
+	if free < minFree || free*4 < fi.Size()*3 {
+		return nil
+	}
+	tmp := path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := kvstore.Open(tmp, "webhookrx: spool copy")
+	if err != nil {
+		return err
+	}
+	err = bolt.Compact(dst, s.db, 32<<20)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	s.db = nil
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	if err := atomicfile.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("webhookrx: spool %s: compact: %w", s.dir, err)
+	}
+	if s.db, err = kvstore.Open(path, "webhookrx: spool"); err != nil {
+		return err
+	}
+	after, _ := os.Stat(path)
+	if after != nil {
+		s.log.Info("webhook spool: compacted its file", "dir", s.dir, "bytes_before", fi.Size(), "bytes_after", after.Size())
+	}
 	return nil
 }
 
-// noteAttempts records that the event seq has failed n times (best
-// effort: a lost line only resets a count).
-func (s *spool) noteAttempts(seq uint64, n int) {
-	if s.retryF == nil {
-		return
-	}
-	if _, err := fmt.Fprintf(s.retryF, "%d %d\n", seq, n); err != nil {
-		s.log.Warn("webhook spool: cannot record an attempt count", "error", err)
-	}
-}
-
-func segmentNames(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("webhookrx: spool dir: %w", err)
-	}
-	var names []string
-	for _, e := range ents {
-		n := e.Name()
-		if strings.HasPrefix(n, segPrefix) && strings.HasSuffix(n, segSuffix) {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names) // zero-padded sequence numbers sort in order
-	return names, nil
-}
-
-func segmentName(first uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, first, segSuffix) }
-
-// loadSegment reads one segment's valid records, registering the events not
-// yet done. It returns their sequence numbers and the highest one seen.
-func (s *spool) loadSegment(name string) (*segment, []uint64, uint64, error) {
-	path := filepath.Join(s.dir, name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("webhookrx: spool: read %s: %w", name, err)
-	}
-	first, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, segPrefix), segSuffix), 10, 64)
-	seg := &segment{name: name, first: first, size: int64(len(data))}
+// load reads the done window, the waiting events and their retry states,
+// and trims what is stale (done entries beyond the window, retry states of
+// events no longer waiting).
+func (s *spool) load() ([]uint64, error) {
 	var evs []uint64
-	var last uint64
-	off := 0
-	for off < len(data) {
-		ev, n, err := decodeRecord(data[off:])
-		if err != nil {
-			s.log.Warn("webhook spool: ignoring the unreadable tail of a segment (a batch never acknowledged, or disk damage)",
-				"segment", name, "offset", off, "bytes", len(data)-off, "error", err)
-			break
+	var staleDone, staleRetries [][]byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		done := tx.Bucket(bucketDone)
+		total := done.Stats().KeyN
+		c := done.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			m, ok := decodeDone(v)
+			if total > s.done.max || !ok {
+				staleDone = append(staleDone, append([]byte(nil), k...))
+				total--
+				continue
+			}
+			s.done.insert(m)
 		}
-		at := off
-		off += n
-		seg.records++
-		last = max(last, ev.Seq)
-		if s.done.has(ev.ID) || s.byID[ev.ID] != nil {
-			s.doneAtLoad[ev.Kind()]++
-			continue
+		s.done.count = total
+		b := tx.Bucket(bucketEvents)
+		s.nextSeq = b.Sequence() + 1
+		c = b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			ev, err := decodeEvent(kvstore.Uint(k), v, false)
+			if err != nil {
+				return err
+			}
+			s.nextSeq = max(s.nextSeq, ev.Seq+1)
+			s.add(&spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, size: eventSize(ev.ID, len(v)-eventHdrLen-len(ev.ID))})
+			s.replayedKinds[ev.Kind()]++
+			evs = append(evs, ev.Seq)
 		}
-		sp := &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, seg: seg, off: int64(at), size: int64(n)}
-		s.add(sp)
-		s.replayedKinds[ev.Kind()]++
-		evs = append(evs, ev.Seq)
+		c = tx.Bucket(bucketRetries).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			seq := kvstore.Uint(k)
+			st, ok := decodeRetry(v)
+			if !ok || s.bySeq[seq] == nil {
+				staleRetries = append(staleRetries, append([]byte(nil), k...))
+				continue
+			}
+			s.attempts[seq] = st.attempts
+			s.retryAt[seq] = st.next
+		}
+		return nil
+	})
+	if err != nil || len(staleDone)+len(staleRetries) == 0 {
+		return evs, err
 	}
-	return seg, evs, last, nil
+	return evs, s.db.Update(func(tx *bolt.Tx) error {
+		for _, k := range staleDone {
+			if err := tx.Bucket(bucketDone).Delete(k); err != nil {
+				return err
+			}
+		}
+		for _, k := range staleRetries {
+			if err := tx.Bucket(bucketRetries).Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func (s *spool) add(sp *spooled) {
@@ -257,45 +265,88 @@ func (s *spool) add(sp *spooled) {
 	s.byID[sp.id] = sp
 	s.order = append(s.order, sp.seq)
 	s.bytes += sp.size
-	sp.seg.live++
 }
 
-// read reads a waiting event back from its segment.
-func (s *spool) read(seq uint64) (Event, error) {
-	sp := s.bySeq[seq]
-	if sp == nil {
-		return Event{}, fmt.Errorf("webhookrx: spool: event %d is not waiting", seq)
+// eventSize is what an event counts against the caps and the memory window.
+func eventSize(id string, bodyLen int) int64 { return int64(eventOverhead + len(id) + bodyLen) }
+
+const eventHdrLen = 8 + 2
+
+func encodeEvent(ev *Event) []byte {
+	b := make([]byte, 0, eventHdrLen+len(ev.ID)+len(ev.Body))
+	b = binary.BigEndian.AppendUint64(b, uint64(ev.ReceivedAt.UnixNano()))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(ev.ID)))
+	b = append(b, ev.ID...)
+	return append(b, ev.Body...)
+}
+
+// decodeEvent decodes a value of the events bucket; the body is copied
+// (a value is valid only inside its transaction) when withBody is set.
+func decodeEvent(seq uint64, v []byte, withBody bool) (Event, error) {
+	ev := Event{Seq: seq}
+	if len(v) < eventHdrLen {
+		return ev, fmt.Errorf("event %d: value of %d bytes", seq, len(v))
 	}
-	seg := sp.seg
-	if seg.rf == nil {
-		f, err := os.Open(filepath.Join(s.dir, seg.name))
-		if err != nil {
-			return Event{}, fmt.Errorf("webhookrx: spool: open %s: %w", seg.name, err)
-		}
-		seg.rf = f
+	ev.ReceivedAt = time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()
+	idLen := int(binary.BigEndian.Uint16(v[8:]))
+	if eventHdrLen+idLen > len(v) {
+		return ev, fmt.Errorf("event %d: bad id length %d", seq, idLen)
 	}
-	buf := make([]byte, sp.size)
-	if _, err := seg.rf.ReadAt(buf, sp.off); err != nil {
-		return Event{}, fmt.Errorf("webhookrx: spool: read %s at %d: %w", seg.name, sp.off, err)
-	}
-	ev, _, err := decodeRecord(buf)
-	if err != nil {
-		return Event{}, fmt.Errorf("webhookrx: spool: read %s at %d: %w", seg.name, sp.off, err)
-	}
-	if ev.Seq != seq {
-		return Event{}, fmt.Errorf("webhookrx: spool: %s at %d holds event %d, want %d", seg.name, sp.off, ev.Seq, seq)
+	ev.ID = string(v[eventHdrLen : eventHdrLen+idLen])
+	body := v[eventHdrLen+idLen:]
+	// The handler accepted only bodies that parse; should one not, it keeps
+	// what parsed (at worst an unknown event with the raw body).
+	ev.Parsed, _ = parseEvent(body)
+	ev.Name = ev.Parsed.EventName
+	if withBody {
+		ev.Body = append([]byte(nil), body...)
 	}
 	return ev, nil
 }
 
-func (seg *segment) closeRead() {
-	if seg.rf != nil {
-		_ = seg.rf.Close()
-		seg.rf = nil
-	}
+func encodeRetry(st retryState) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(min(st.attempts, 1<<31)))
+	return binary.BigEndian.AppendUint64(b, uint64(st.next.UnixNano()))
 }
 
-// events and bytes waiting in the spool.
+func decodeRetry(v []byte) (retryState, bool) {
+	if len(v) != 12 {
+		return retryState{}, false
+	}
+	return retryState{attempts: int(binary.BigEndian.Uint32(v)), next: time.Unix(0, int64(binary.BigEndian.Uint64(v[4:])))}, true
+}
+
+func encodeDone(m doneMark) []byte { return append(binary.BigEndian.AppendUint64(nil, m.seq), m.id...) }
+
+func decodeDone(v []byte) (doneMark, bool) {
+	if len(v) <= 8 {
+		return doneMark{}, false
+	}
+	return doneMark{seq: binary.BigEndian.Uint64(v), id: string(v[8:])}, true
+}
+
+// read reads a waiting event back from the database.
+func (s *spool) read(seq uint64) (Event, error) {
+	if s.bySeq[seq] == nil {
+		return Event{}, fmt.Errorf("webhookrx: spool: event %d is not waiting", seq)
+	}
+	var ev Event
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketEvents).Get(kvstore.Key(seq))
+		if v == nil {
+			return fmt.Errorf("event %d is not in the database", seq)
+		}
+		var err error
+		ev, err = decodeEvent(seq, v, true)
+		return err
+	})
+	if err != nil {
+		return Event{}, fmt.Errorf("webhookrx: spool %s: read: %w", s.dir, err)
+	}
+	return ev, nil
+}
+
+// events waiting in the spool.
 func (s *spool) events() int { return len(s.bySeq) }
 
 // oldest returns the receive time of the oldest waiting event (zero if none).
@@ -313,50 +364,6 @@ func (s *spool) oldest() time.Time {
 // contains reports whether id is waiting or was processed recently.
 func (s *spool) contains(id string) bool { return s.byID[id] != nil || s.done.has(id) }
 
-func encodeRecord(buf *bytes.Buffer, ev *Event) int {
-	plen := payloadFix + len(ev.ID) + len(ev.Body)
-	var hdr [recHdrLen + payloadFix]byte
-	binary.BigEndian.PutUint32(hdr[0:], uint32(plen))
-	binary.BigEndian.PutUint64(hdr[8:], ev.Seq)
-	binary.BigEndian.PutUint64(hdr[16:], uint64(ev.ReceivedAt.UnixNano()))
-	binary.BigEndian.PutUint16(hdr[24:], uint16(len(ev.ID)))
-	start := buf.Len()
-	buf.Write(hdr[:])
-	buf.WriteString(ev.ID)
-	buf.Write(ev.Body)
-	rec := buf.Bytes()[start:]
-	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[recHdrLen:], castagnoli))
-	return len(rec)
-}
-
-func decodeRecord(b []byte) (Event, int, error) {
-	var ev Event
-	if len(b) < recHdrLen {
-		return ev, 0, errors.New("truncated record header")
-	}
-	plen := int(binary.BigEndian.Uint32(b))
-	if plen < payloadFix || len(b)-recHdrLen < plen {
-		return ev, 0, fmt.Errorf("truncated record (length %d)", plen)
-	}
-	p := b[recHdrLen : recHdrLen+plen]
-	if crc32.Checksum(p, castagnoli) != binary.BigEndian.Uint32(b[4:]) {
-		return ev, 0, errors.New("checksum mismatch")
-	}
-	ev.Seq = binary.BigEndian.Uint64(p)
-	ev.ReceivedAt = time.Unix(0, int64(binary.BigEndian.Uint64(p[8:]))).UTC()
-	idLen := int(binary.BigEndian.Uint16(p[16:]))
-	if payloadFix+idLen > plen {
-		return ev, 0, errors.New("bad id length")
-	}
-	ev.ID = string(p[payloadFix : payloadFix+idLen])
-	ev.Body = bytes.Clone(p[payloadFix+idLen:])
-	// The handler accepted only bodies that parse; should one not, it keeps
-	// what parsed (at worst an unknown event with the raw body).
-	ev.Parsed, _ = parseEvent(ev.Body)
-	ev.Name = ev.Parsed.EventName
-	return ev, recHdrLen + plen, nil
-}
-
 // appendResult is the fate of one submitted event.
 type appendResult int
 
@@ -367,12 +374,13 @@ const (
 	resError
 )
 
-// append writes the events that are neither duplicates nor over the caps as
-// one batch, synced before it returns. It sets each accepted event's Seq.
+// append commits the events that are neither duplicates nor over the caps
+// in one transaction, durable before it returns. It sets each accepted
+// event's Seq.
 func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendResult, error) {
 	res := make([]appendResult, len(evs))
-	var buf bytes.Buffer
 	var acc []*spooled
+	var vals [][]byte
 	inBatch := map[string]bool{}
 	var dupInBatch []int // duplicates of an event of this batch: they share its fate
 	addEvents, addBytes := 0, int64(0)
@@ -386,24 +394,31 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 			dupInBatch = append(dupInBatch, i)
 			continue
 		}
-		size := int64(recHdrLen + payloadFix + len(ev.ID) + len(ev.Body))
+		size := eventSize(ev.ID, len(ev.Body))
 		if s.events()+addEvents+1 > maxEvents || s.bytes+addBytes+size > maxBytes {
 			res[i] = resFull
 			continue
 		}
 		ev.Seq = s.nextSeq
 		s.nextSeq++
-		rel := int64(buf.Len())
-		encodeRecord(&buf, ev)
 		inBatch[ev.ID] = true
 		addEvents++
 		addBytes += size
-		acc = append(acc, &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, off: rel, size: size})
+		acc = append(acc, &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, size: size})
+		vals = append(vals, encodeEvent(ev))
 	}
 	if len(acc) == 0 {
 		return res, nil
 	}
-	seg, base, err := s.write(acc[0].seq, buf.Bytes())
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		for i, sp := range acc {
+			if err := b.Put(kvstore.Key(sp.seq), vals[i]); err != nil {
+				return err
+			}
+		}
+		return b.SetSequence(acc[len(acc)-1].seq)
+	})
 	if err != nil {
 		for i := range res {
 			if res[i] == resAccepted {
@@ -411,136 +426,26 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 			}
 		}
 		// A second delivery of an event of this batch must not hear 200
-		// when the first's write failed: nothing of it reached the disk.
+		// when the first's commit failed: nothing of it is durable.
 		for _, i := range dupInBatch {
 			res[i] = resError
 		}
-		return res, err
+		return res, fmt.Errorf("webhookrx: spool %s: commit %d events: %w", s.dir, len(acc), err)
 	}
 	for _, sp := range acc {
-		sp.seg = seg
-		sp.off += base
 		s.add(sp)
 	}
-	seg.records += len(acc)
 	return res, nil
 }
 
-// write appends data to the active segment (starting a new one named first
-// when needed) and syncs it. It returns the segment and data's offset in it.
-func (s *spool) write(first uint64, data []byte) (*segment, int64, error) {
-	if s.active != nil && s.active.size >= s.segBytes {
-		s.seal()
-	}
-	created := false
-	if s.active == nil {
-		name := segmentName(first)
-		f, err := os.OpenFile(filepath.Join(s.dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return nil, 0, fmt.Errorf("webhookrx: spool: create segment: %w", err)
-		}
-		s.active = &segment{name: name, first: first, f: f}
-		s.segs = append(s.segs, s.active)
-		created = true
-	}
-	seg := s.active
-	_, err := seg.f.Write(data)
-	if err == nil {
-		err = datasync(seg.f)
-	}
-	if err == nil && created {
-		err = s.dirf.Sync()
-	}
-	if err != nil {
-		// The tail may be torn: never append after it. Replay ignores it.
-		_ = seg.f.Truncate(seg.size)
-		s.seal()
-		return nil, 0, fmt.Errorf("webhookrx: spool: write segment %s: %w", seg.name, err)
-	}
-	base := seg.size
-	seg.size += int64(len(data))
-	return seg, base, nil
+// noteAttempts records that the event seq has failed n times and may be
+// tried again at next; it is committed with the next done marks.
+func (s *spool) noteAttempts(seq uint64, n int, next time.Time) {
+	s.pending[seq] = retryState{attempts: n, next: next}
 }
 
-// seal closes the active segment; it is removed now if nothing in it waits.
-func (s *spool) seal() {
-	seg := s.active
-	if seg == nil {
-		return
-	}
-	s.active = nil
-	_ = seg.f.Close()
-	seg.f = nil
-	if seg.live == 0 {
-		s.removeSegment(seg)
-	}
-}
-
-func (s *spool) removeSegment(seg *segment) {
-	if seg.f != nil {
-		_ = seg.f.Close()
-		seg.f = nil
-	}
-	seg.closeRead()
-	if s.active == seg {
-		s.active = nil
-	}
-	if err := os.Remove(filepath.Join(s.dir, seg.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("webhook spool: cannot remove a finished segment; it is replayed and skipped at the next start", "segment", seg.name, "error", err)
-	}
-	for i, x := range s.segs {
-		if x == seg {
-			s.segs = append(s.segs[:i], s.segs[i+1:]...)
-			break
-		}
-	}
-}
-
-// compactSegment rewrites a closed segment that holds mostly done events
-// with only its waiting ones, named by the first of them (still below the
-// next segment's first sequence). So a long-failing event does not keep
-// thousands of done records on disk, whose ids the dedupe window may forget
-// before the segment goes. Crash safety: the new file is synced and renamed
-// into place before the old one is removed; if both survive a crash, the
-// replay sees each waiting event twice and keeps the first.
-func (s *spool) compactSegment(seg *segment) error {
-	var live []*spooled
-	for _, sp := range s.bySeq {
-		if sp.seg == seg {
-			live = append(live, sp)
-		}
-	}
-	sort.Slice(live, func(i, j int) bool { return live[i].seq < live[j].seq })
-	data, err := os.ReadFile(filepath.Join(s.dir, seg.name))
-	if err != nil {
-		return err
-	}
-	// The records are copied as they are (each carries its own checksum).
-	var buf bytes.Buffer
-	offs := make([]int64, len(live))
-	for i, sp := range live {
-		if sp.off+sp.size > int64(len(data)) {
-			return fmt.Errorf("segment %s: event %d beyond its end", seg.name, sp.seq)
-		}
-		offs[i] = int64(buf.Len())
-		buf.Write(data[sp.off : sp.off+sp.size])
-	}
-	name := segmentName(live[0].seq)
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, name), buf.Bytes(), 0o600); err != nil {
-		return err
-	}
-	if name != seg.name {
-		if err := os.Remove(filepath.Join(s.dir, seg.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	seg.closeRead()
-	for i, sp := range live {
-		sp.off = offs[i]
-	}
-	seg.name, seg.first, seg.size, seg.records = name, live[0].seq, int64(buf.Len()), len(live)
-	return nil
-}
+// dirty reports whether attempt counts wait to be committed.
+func (s *spool) dirty() bool { return len(s.pending) > 0 }
 
 // doneMark says the event with this seq and id is processed.
 type doneMark struct {
@@ -548,9 +453,9 @@ type doneMark struct {
 	id  string
 }
 
-// markDone records marks durably in done.log, then forgets the events and
-// removes the segments left without waiting events. Marks for unknown
-// sequence numbers are ignored.
+// markDone commits marks (the events leave the spool and join the dedupe
+// window) together with the attempt counts noted since the last call, then
+// forgets the events. Marks for unknown sequence numbers are ignored.
 func (s *spool) markDone(marks []doneMark) error {
 	var known []doneMark
 	for _, m := range marks {
@@ -558,103 +463,108 @@ func (s *spool) markDone(marks []doneMark) error {
 			known = append(known, m)
 		}
 	}
-	if len(known) == 0 {
+	if len(known) == 0 && len(s.pending) == 0 {
 		return nil
 	}
-	if err := s.done.add(known); err != nil {
-		return err
+	d := s.done
+	trim := 0
+	if d.max > 0 {
+		trim = max(0, d.count+len(known)-d.max)
 	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		evb, rb, db := tx.Bucket(bucketEvents), tx.Bucket(bucketRetries), tx.Bucket(bucketDone)
+		for seq, st := range s.pending {
+			if s.bySeq[seq] == nil {
+				continue
+			}
+			if err := rb.Put(kvstore.Key(seq), encodeRetry(st)); err != nil {
+				return err
+			}
+		}
+		for _, m := range known {
+			k := kvstore.Key(m.seq)
+			if err := evb.Delete(k); err != nil {
+				return err
+			}
+			if err := rb.Delete(k); err != nil {
+				return err
+			}
+			if d.max <= 0 {
+				continue
+			}
+			n, err := db.NextSequence()
+			if err != nil {
+				return err
+			}
+			if err := db.Put(kvstore.Key(n), encodeDone(m)); err != nil {
+				return err
+			}
+		}
+		// The window keeps the newest d.max marks, as the memory's ring.
+		var old [][]byte
+		c := db.Cursor()
+		for k, _ := c.First(); k != nil && len(old) < trim; k, _ = c.Next() {
+			old = append(old, append([]byte(nil), k...))
+		}
+		for _, k := range old {
+			if err := db.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool %s: commit %d done marks: %w", s.dir, len(known), err)
+	}
+	clear(s.pending)
 	for _, m := range known {
 		sp := s.bySeq[m.seq]
 		delete(s.bySeq, m.seq)
 		delete(s.byID, sp.id)
+		delete(s.retryAt, m.seq)
 		s.bytes -= sp.size
-		sp.seg.live--
-		if sp.seg.live == 0 {
-			s.removeSegment(sp.seg)
-		}
+		d.insert(m)
 	}
-	for _, seg := range append([]*segment(nil), s.segs...) {
-		if seg != s.active && seg.live > 0 && seg.records >= 16 && seg.live*4 <= seg.records {
-			if err := s.compactSegment(seg); err != nil {
-				s.log.Warn("webhook spool: cannot compact a segment; it stays as it is", "segment", seg.name, "error", err)
-			}
-		}
+	if d.max > 0 {
+		d.count += len(known) - trim
 	}
 	if len(s.order) > 4096 && s.head > len(s.order)/2 {
 		s.order = append(s.order[:0], s.order[s.head:]...)
 		s.head = 0
 	}
-	return s.done.maybeCompact()
+	return nil
 }
 
 func (s *spool) close() {
-	if s.active != nil && s.active.f != nil {
-		_ = s.active.f.Close()
-		s.active.f = nil
-	}
-	for _, seg := range s.segs {
-		seg.closeRead()
-	}
-	if s.retryF != nil {
-		_ = s.retryF.Close()
-		s.retryF = nil
-	}
-	if s.done != nil {
-		s.done.close()
-	}
-	if s.dirf != nil {
-		_ = s.dirf.Close()
+	if s.db != nil {
+		if err := s.db.Close(); err != nil {
+			s.log.Warn("webhook spool: close", "dir", s.dir, "error", err)
+		}
+		s.db = nil
 	}
 	if s.lock != nil {
 		_ = s.lock.Close() // releases the flock
+		s.lock = nil
 	}
 }
 
-// doneIndex remembers the last max processed event ids, in memory and in
-// done.log. It is the dedupe window and carries the highest sequence number
-// across restarts when the spool is empty.
+// doneIndex remembers the last max processed event ids, in memory (and in
+// the done bucket): the dedupe window.
 type doneIndex struct {
-	path   string
-	f      *os.File
-	max    int
-	ids    map[string]uint64
-	ring   []doneMark
-	start  int
-	lines  int
-	maxSeq uint64
+	max   int
+	ids   map[string]uint64
+	ring  []doneMark
+	start int
+	count int // entries in the done bucket
 }
 
-func openDoneIndex(dir string, maxIDs int) (*doneIndex, error) {
-	d := &doneIndex{path: filepath.Join(dir, doneName), max: maxIDs, ids: map[string]uint64{}}
-	data, err := os.ReadFile(d.path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("webhookrx: spool: read %s: %w", doneName, err)
-	default:
-		lines := strings.Split(string(data), "\n")
-		// The last element follows the last newline: empty, or a torn line.
-		for _, line := range lines[:len(lines)-1] {
-			seqStr, id, ok := strings.Cut(line, " ")
-			seq, perr := strconv.ParseUint(seqStr, 10, 64)
-			if !ok || perr != nil || !validID(id) {
-				continue
-			}
-			d.insert(doneMark{seq: seq, id: id})
-		}
-	}
-	// Rewrite at every start: drops a torn tail and old entries.
-	if err := d.compact(); err != nil {
-		return nil, err
-	}
-	return d, nil
+func newDoneIndex(maxIDs int) *doneIndex {
+	return &doneIndex{max: maxIDs, ids: map[string]uint64{}}
 }
 
 func (d *doneIndex) has(id string) bool { _, ok := d.ids[id]; return ok }
 
 func (d *doneIndex) insert(m doneMark) {
-	d.maxSeq = max(d.maxSeq, m.seq)
 	if d.max <= 0 {
 		return
 	}
@@ -669,68 +579,4 @@ func (d *doneIndex) insert(m doneMark) {
 		d.start = (d.start + 1) % d.max
 	}
 	d.ids[m.id] = m.seq
-}
-
-func (d *doneIndex) add(marks []doneMark) error {
-	var b strings.Builder
-	for _, m := range marks {
-		b.WriteString(strconv.FormatUint(m.seq, 10))
-		b.WriteByte(' ')
-		b.WriteString(m.id)
-		b.WriteByte('\n')
-	}
-	if _, err := io.WriteString(d.f, b.String()); err != nil {
-		return fmt.Errorf("webhookrx: spool: write %s: %w", doneName, err)
-	}
-	if err := datasync(d.f); err != nil {
-		return fmt.Errorf("webhookrx: spool: sync %s: %w", doneName, err)
-	}
-	for _, m := range marks {
-		d.insert(m)
-	}
-	d.lines += len(marks)
-	return nil
-}
-
-func (d *doneIndex) maybeCompact() error {
-	if d.lines <= 2*d.max+1024 {
-		return nil
-	}
-	return d.compact()
-}
-
-// compact rewrites done.log with the remembered entries (at least the
-// newest, so the highest sequence survives) and reopens it for appending.
-func (d *doneIndex) compact() error {
-	var b strings.Builder
-	n := 0
-	write := func(m doneMark) {
-		b.WriteString(strconv.FormatUint(m.seq, 10))
-		b.WriteByte(' ')
-		b.WriteString(m.id)
-		b.WriteByte('\n')
-		n++
-	}
-	for i := range d.ring {
-		write(d.ring[(d.start+i)%len(d.ring)])
-	}
-	if err := atomicfile.WriteFile(d.path, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("webhookrx: spool: rewrite %s: %w", doneName, err)
-	}
-	if d.f != nil {
-		d.f.Close()
-	}
-	f, err := os.OpenFile(d.path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("webhookrx: spool: open %s: %w", doneName, err)
-	}
-	d.f, d.lines = f, n
-	return nil
-}
-
-func (d *doneIndex) close() {
-	if d.f != nil {
-		_ = d.f.Close()
-		d.f = nil
-	}
 }

@@ -2,17 +2,21 @@ package webhookrx
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
-func openTestSpool(t *testing.T, dir string, segBytes int64, dedupe int) (*spool, []Event) {
+func openTestSpool(t *testing.T, dir string, dedupe int) (*spool, []Event) {
 	t.Helper()
-	sp, seqs, err := openSpool(dir, segBytes, dedupe, testLogger(t))
+	sp, seqs, err := openSpool(dir, dedupe, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,173 +52,117 @@ func marks(evs []Event) []doneMark {
 	return m
 }
 
-// A torn record at the end of a segment (a crash mid-write, never
-// acknowledged) is ignored; everything before it is replayed.
-func TestSpoolIgnoresTornTail(t *testing.T) {
-	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1<<20, 100)
-	sent := appendN(t, sp, 0, 3)
-	seg := filepath.Join(dir, sp.active.name)
-	sp.close()
+func seqs(evs []Event) []uint64 {
+	var out []uint64
+	for _, ev := range evs {
+		out = append(out, ev.Seq)
+	}
+	return out
+}
 
-	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
+// keys counts the keys of a bucket of the spool's database.
+func keys(t *testing.T, sp *spool, bucket []byte) int {
+	t.Helper()
+	n := 0
+	if err := sp.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bucket).Stats().KeyN; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	f.Write([]byte{0, 0, 1, 0, 0xde, 0xad, 0xbe, 0xef, '{', '"'}) // a record header claiming 256 bytes, then 2
-	f.Close()
+	return n
+}
 
-	sp, evs := openTestSpool(t, dir, 1<<20, 100)
-	if len(evs) != 3 {
-		t.Fatalf("replayed %d events, want 3", len(evs))
+// What was committed and not marked done is replayed, in order, with its
+// body and time; done events are gone and stay in the dedupe window; the
+// sequence goes on.
+func TestSpoolReopenReplaysWaitingEvents(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 100)
+	sent := appendN(t, sp, 0, 5)
+	if err := sp.markDone(marks([]Event{sent[1], sent[3]})); err != nil {
+		t.Fatal(err)
 	}
-	for i, ev := range evs {
-		if ev.ID != sent[i].ID || ev.Seq != sent[i].Seq || !ev.ReceivedAt.Equal(sent[i].ReceivedAt) || string(ev.Body) != string(sent[i].Body) {
-			t.Errorf("event %d replayed as %+v, want %+v", i, ev, sent[i])
+	sp.close()
+	sp, replay := openTestSpool(t, dir, 100)
+	defer sp.close()
+	want := []Event{sent[0], sent[2], sent[4]}
+	if fmt.Sprint(seqs(replay)) != fmt.Sprint(seqs(want)) {
+		t.Fatalf("replayed %v, want %v", seqs(replay), seqs(want))
+	}
+	for i, ev := range replay {
+		if ev.ID != want[i].ID || !bytes.Equal(ev.Body, want[i].Body) || !ev.ReceivedAt.Equal(want[i].ReceivedAt) || ev.Kind() != KindResponseReceived {
+			t.Errorf("event %d read back as %+v", i, ev)
 		}
-		if ev.Kind() != KindResponseReceived || ev.Parsed.ResponseID == "" {
-			t.Errorf("event %d not re-parsed: %+v", i, ev.Parsed)
-		}
 	}
-	// New events go to a new segment, never after the torn tail.
-	more := appendN(t, sp, 3, 2)
-	if more[0].Seq != sent[2].Seq+1 {
-		t.Errorf("seq after replay = %d, want %d", more[0].Seq, sent[2].Seq+1)
+	if !sp.contains(sent[1].ID) || !sp.contains(sent[0].ID) {
+		t.Error("a done event or a waiting one is not recognised")
 	}
-	sp.close()
-	sp, evs = openTestSpool(t, dir, 1<<20, 100)
-	defer sp.close()
-	if len(evs) != 5 {
-		t.Fatalf("second replay: %d events, want 5", len(evs))
+	if sp.replayedKinds[KindResponseReceived] != 3 || sp.bytes != 3*eventSize(sent[0].ID, len(sent[0].Body)) {
+		t.Errorf("replayed kinds %v, bytes %d", sp.replayedKinds, sp.bytes)
+	}
+	if next := appendN(t, sp, 10, 1); next[0].Seq != 6 {
+		t.Errorf("sequence after a restart: %d, want 6", next[0].Seq)
 	}
 }
 
-// A corrupt record in the middle of a segment ends that segment; later
-// segments are still replayed.
-func TestSpoolCorruptRecordEndsSegment(t *testing.T) {
+// With the spool empty, the sequence still goes on across a restart.
+func TestSpoolSequenceSurvivesEmptySpool(t *testing.T) {
 	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1, 100) // one batch per segment
-	appendN(t, sp, 0, 3)
-	if len(sp.segs) != 3 {
-		t.Fatalf("%d segments, want 3", len(sp.segs))
+	sp, _ := openTestSpool(t, dir, 100)
+	if err := sp.markDone(marks(appendN(t, sp, 0, 3))); err != nil {
+		t.Fatal(err)
 	}
-	second := filepath.Join(dir, sp.segs[1].name)
+	if n := keys(t, sp, bucketEvents); n != 0 {
+		t.Fatalf("%d events left after all were done", n)
+	}
 	sp.close()
-	data, _ := os.ReadFile(second)
-	data[len(data)-1] ^= 0xff
-	os.WriteFile(second, data, 0o600)
-	sp, evs := openTestSpool(t, dir, 1, 100)
+	sp, replay := openTestSpool(t, dir, 100)
 	defer sp.close()
-	if len(evs) != 2 || evs[0].Seq != 1 || evs[1].Seq != 3 {
-		t.Fatalf("replayed %+v, want seqs 1 and 3", evs)
+	if len(replay) != 0 {
+		t.Fatalf("replayed %d", len(replay))
+	}
+	if ev := appendN(t, sp, 5, 1); ev[0].Seq != 4 {
+		t.Errorf("seq %d, want 4", ev[0].Seq)
 	}
 }
 
-// Segments rotate at SegmentBytes and are deleted once all their events are
-// done; the spool's counters follow.
-func TestSpoolSegmentsRotateAndAreDeleted(t *testing.T) {
+// The done window keeps the last DedupeIDs ids, on disk as in memory, and
+// across restarts.
+func TestDoneWindow(t *testing.T) {
 	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1000, 100)
-	evs := appendN(t, sp, 0, 20)
-	nseg := len(walFiles(t, dir))
-	if nseg < 4 {
-		t.Fatalf("%d segment files for 20 events of ~300 bytes at 1000 bytes each", nseg)
-	}
-	if sp.events() != 20 || sp.bytes == 0 {
-		t.Fatalf("events %d bytes %d", sp.events(), sp.bytes)
-	}
-	if !sp.oldest().Equal(evs[0].ReceivedAt) {
-		t.Errorf("oldest = %v", sp.oldest())
-	}
-	// Done out of order: the first half except event 0.
-	if err := sp.markDone(marks(evs[1:10])); err != nil {
-		t.Fatal(err)
-	}
-	if !sp.oldest().Equal(evs[0].ReceivedAt) {
-		t.Errorf("oldest after partial done = %v", sp.oldest())
-	}
-	if err := sp.markDone(marks(evs[:1])); err != nil {
-		t.Fatal(err)
-	}
-	if !sp.oldest().Equal(evs[10].ReceivedAt) {
-		t.Errorf("oldest = %v, want event 10's", sp.oldest())
-	}
-	if got := len(walFiles(t, dir)); got >= nseg {
-		t.Errorf("segments %d → %d: done ones not deleted", nseg, got)
-	}
-	sp.close()
-	sp, replay := openTestSpool(t, dir, 1000, 100)
-	if len(replay) != 10 || replay[0].ID != evs[10].ID {
-		t.Fatalf("replayed %d, first %v", len(replay), replay[0].Seq)
-	}
-	if err := sp.markDone(marks(replay)); err != nil {
-		t.Fatal(err)
-	}
-	if got := walFiles(t, dir); len(got) != 0 {
-		t.Errorf("segments left after all done: %v", got)
-	}
-	if sp.events() != 0 || sp.bytes != 0 || !sp.oldest().IsZero() {
-		t.Errorf("empty spool: events %d bytes %d oldest %v", sp.events(), sp.bytes, sp.oldest())
-	}
-	sp.close()
-	// Empty spool: the next sequence still comes after the last one.
-	sp, _ = openTestSpool(t, dir, 1000, 100)
-	defer sp.close()
-	if sp.nextSeq != 21 {
-		t.Errorf("nextSeq after restart with an empty spool = %d, want 21", sp.nextSeq)
-	}
-}
-
-// done.log keeps the last DedupeIDs ids across restarts and is compacted.
-func TestDoneIndexWindowAndCompaction(t *testing.T) {
-	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1<<20, 10)
-	var all []Event
-	for i := 0; i < 1200; i += 100 {
-		evs := appendN(t, sp, i, 100)
-		if err := sp.markDone(marks(evs)); err != nil {
+	sp, _ := openTestSpool(t, dir, 10)
+	evs := appendN(t, sp, 0, 30)
+	// Done out of sequence order: the window is the order they were done.
+	order := slices.Clone(evs)
+	slices.Reverse(order)
+	for i := 0; i < len(order); i += 7 {
+		if err := sp.markDone(marks(order[i:min(i+7, len(order))])); err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, evs...)
 	}
-	if sp.done.lines > 2*10+1024 {
-		t.Errorf("done.log has %d lines: not compacted", sp.done.lines)
+	if n := keys(t, sp, bucketDone); n != 10 {
+		t.Errorf("done bucket holds %d, want 10", n)
 	}
-	if sp.contains(all[0].ID) || !sp.contains(all[1199].ID) || !sp.contains(all[1190].ID) || sp.contains(all[1189].ID) {
-		t.Error("window is not the last 10 ids")
+	check := func(sp *spool, when string) {
+		for i, ev := range order {
+			if got, want := sp.done.has(ev.ID), i >= 20; got != want {
+				t.Errorf("%s: done %d (seq %d) in the window: %v, want %v", when, i, ev.Seq, got, want)
+			}
+		}
 	}
+	check(sp, "before the restart")
 	sp.close()
-	sp, _ = openTestSpool(t, dir, 1<<20, 10)
+	sp, _ = openTestSpool(t, dir, 10)
+	check(sp, "after the restart")
+	sp.close()
+	// A smaller window at the next start drops the oldest.
+	sp, _ = openTestSpool(t, dir, 4)
 	defer sp.close()
-	if !sp.contains(all[1199].ID) || !sp.contains(all[1190].ID) || sp.contains(all[1189].ID) {
-		t.Error("window not restored from done.log")
-	}
-	data, _ := os.ReadFile(filepath.Join(dir, doneName))
-	if n := strings.Count(string(data), "\n"); n != 10 {
-		t.Errorf("done.log has %d lines after a restart, want 10", n)
-	}
-	if sp.nextSeq != 1201 {
-		t.Errorf("nextSeq = %d", sp.nextSeq)
-	}
-}
-
-// A torn last line of done.log is dropped at start.
-func TestDoneIndexTornLine(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, doneName), []byte("1 abc\n2 def\n3 gh"), 0o600)
-	sp, _ := openTestSpool(t, dir, 1<<20, 100)
-	defer sp.close()
-	if !sp.contains("abc") || !sp.contains("def") || sp.contains("gh") {
-		t.Error("good lines lost or the torn one kept")
-	}
-	data, _ := os.ReadFile(filepath.Join(dir, doneName))
-	if string(data) != "1 abc\n2 def\n" {
-		t.Errorf("done.log after start = %q", data)
+	if n := keys(t, sp, bucketDone); n != 4 || !sp.done.has(order[29].ID) || sp.done.has(order[25].ID) {
+		t.Errorf("window of 4: %d kept", n)
 	}
 }
 
 func TestSpoolDuplicatesInOneBatchAndCaps(t *testing.T) {
-	sp, _ := openTestSpool(t, t.TempDir(), 1<<20, 100)
+	sp, _ := openTestSpool(t, t.TempDir(), 100)
 	defer sp.close()
 	mk := func(i int) *Event {
 		b := []byte(responseBody(i))
@@ -230,118 +178,216 @@ func TestSpoolDuplicatesInOneBatchAndCaps(t *testing.T) {
 	}
 }
 
-// A crash after done.log was synced but before the segment was deleted:
-// at start the events are recognised as done, not processed again, and the
-// segment goes.
-func TestSpoolDoneButNotDeletedAtCrash(t *testing.T) {
-	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1<<20, 100)
-	evs := appendN(t, sp, 0, 3)
-	if err := sp.done.add(marks(evs[:2])); err != nil { // done.log written, segment kept
-		t.Fatal(err)
-	}
-	sp.close()
-	sp, replay := openTestSpool(t, dir, 1<<20, 100)
-	defer sp.close()
-	if len(replay) != 1 || replay[0].ID != evs[2].ID {
-		t.Fatalf("replayed %d events, want only the third", len(replay))
-	}
-	if sp.doneAtLoad[KindResponseReceived] != 2 {
-		t.Errorf("doneAtLoad = %v", sp.doneAtLoad)
-	}
-	if err := sp.markDone(marks(replay)); err != nil {
-		t.Fatal(err)
-	}
-	if got := walFiles(t, dir); len(got) != 0 {
-		t.Errorf("segments left: %v", got)
-	}
-}
-
-// A closed segment whose events are mostly done is rewritten with only the
-// waiting ones: the done ones are gone from disk, even if the dedupe window
-// has forgotten them, and the replay keeps order.
-func TestSpoolCompactsMostlyDoneSegment(t *testing.T) {
-	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 20*340, 1) // ~20 records a segment; a dedupe window of 1
-	evs := appendN(t, sp, 0, 60)
-	if len(sp.segs) < 3 {
-		t.Fatalf("%d segments", len(sp.segs))
-	}
-	first := sp.segs[0]
-	n := first.records
-	// Everything done but events 3 and 5 of the first segment.
-	var done []Event
-	for i, ev := range evs {
-		if i != 3 && i != 5 {
-			done = append(done, ev)
-		}
-	}
-	if err := sp.markDone(marks(done)); err != nil {
-		t.Fatal(err)
-	}
-	if first.records != 2 || first.name != segmentName(evs[3].Seq) {
-		t.Fatalf("first segment after compaction: %d records (was %d), name %s", first.records, n, first.name)
-	}
-	if files := walFiles(t, dir); len(files) != 1 || filepath.Base(files[0]) != first.name {
-		t.Fatalf("segment files %v, want only %s", files, first.name)
-	}
-	sp.close()
-	sp, replay := openTestSpool(t, dir, 20*340, 1)
-	defer sp.close()
-	if len(replay) != 2 || replay[0].ID != evs[3].ID || replay[1].ID != evs[5].ID {
-		t.Fatalf("replayed %d events, want events 3 and 5", len(replay))
-	}
-	if sp.nextSeq != evs[59].Seq+1 {
-		t.Errorf("nextSeq %d, want %d", sp.nextSeq, evs[59].Seq+1)
-	}
-}
-
-// A compaction cut short after the rename leaves the old and the new file:
-// the replay keeps each waiting event once.
-func TestSpoolCompactionCrashLeavesBothFiles(t *testing.T) {
-	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1<<20, 100)
-	evs := appendN(t, sp, 0, 20)
-	old := filepath.Join(dir, sp.active.name)
-	sp.close()
-	data, _ := os.ReadFile(old)
-	// The "new" file: records 10.. of the old one, named by event 10.
-	var buf bytes.Buffer
-	for _, ev := range evs[10:] {
-		e := ev
-		encodeRecord(&buf, &e)
-	}
-	os.WriteFile(filepath.Join(dir, segmentName(evs[10].Seq)), buf.Bytes(), 0o600)
-	os.WriteFile(filepath.Join(dir, segmentName(evs[10].Seq)+".tmp"), data[:10], 0o600)
-	sp, replay := openTestSpool(t, dir, 1<<20, 100)
-	defer sp.close()
-	if len(replay) != 20 {
-		t.Fatalf("replayed %d, want 20 once each", len(replay))
-	}
-	if files := walFiles(t, dir); len(files) != 1 {
-		t.Errorf("files after load: %v", files)
-	}
-	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) != 0 {
-		t.Errorf("stale tmp left: %v", tmp)
-	}
-}
-
-// Two deliveries of one event in the same group commit, and the write
-// fails: neither may hear 200 (nothing reached the disk; the service stops
+// Two deliveries of the same event land in one group commit and the commit
+// fails: neither may hear 200 (nothing is durable; the service stops
 // resending once one delivery is acknowledged).
 func TestSpoolDuplicateInFailedBatchIsAnError(t *testing.T) {
 	dir := t.TempDir()
-	sp, _ := openTestSpool(t, dir, 1<<20, 100)
+	sp, _ := openTestSpool(t, dir, 100)
+	defer sp.close()
 	appendN(t, sp, 0, 1)
-	sp.active.f.Close() // the next write fails
+	if err := sp.db.Close(); err != nil { // the next commit fails
+		t.Fatal(err)
+	}
 	body := []byte(responseBody(7))
 	a := &Event{ID: bodyID(body), ReceivedAt: time.Unix(1700000000, 7).UTC(), Body: body}
 	b := &Event{ID: a.ID, ReceivedAt: a.ReceivedAt, Body: body}
 	res, err := sp.append([]*Event{a, b}, 1<<20, 1<<30)
 	if err == nil {
-		t.Fatal("append after the segment was closed succeeded")
+		t.Fatal("append after the database was closed succeeded")
 	}
 	if res[0] != resError || res[1] != resError {
 		t.Fatalf("results %v, want both resError", res)
 	}
+	if sp.events() != 1 || sp.contains(a.ID) {
+		t.Errorf("the failed event is counted as spooled")
+	}
+}
+
+// Attempt counts and next attempt times are committed with the next done
+// marks, reloaded at start, and dropped with their event.
+func TestSpoolRetryStatePersists(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 100)
+	evs := appendN(t, sp, 0, 3)
+	next := time.Unix(1800000000, 5)
+	sp.noteAttempts(evs[1].Seq, 3, next)
+	sp.noteAttempts(evs[2].Seq, 1, next)
+	if err := sp.markDone(marks(evs[2:])); err != nil { // evs[2] done: its count goes
+		t.Fatal(err)
+	}
+	if n := keys(t, sp, bucketRetries); n != 1 {
+		t.Errorf("retries bucket holds %d, want 1", n)
+	}
+	sp.close()
+	sp, _ = openTestSpool(t, dir, 100)
+	defer sp.close()
+	if sp.attempts[evs[1].Seq] != 3 || !sp.retryAt[evs[1].Seq].Equal(next) || len(sp.attempts) != 1 {
+		t.Errorf("after a restart: attempts %v, retry at %v", sp.attempts, sp.retryAt)
+	}
+}
+
+// A spool of the former format (written by the previous release's code:
+// testdata/legacy-spool, three segments with a torn record at the end of
+// the last, done.log, retries.log) is imported at the first start and its
+// files removed: the waiting events replay in order with their bodies, the
+// done ids stay in the dedupe window, attempt counts are kept, and the
+// sequence goes on.
+func TestSpoolImportsFormerFormat(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("testdata/legacy-spool")); err != nil {
+		t.Fatal(err)
+	}
+	done := []string{ // from done.log
+		"80a8119744ab6455ee2df760e457294e4d010466c7cb640a0ed8326e6c17f841",
+		"1017dc22f8c09432e08291bfc3384a0545fb023b619d3e684be5127bfb747e41",
+		"f638e959814c0b5989905a9742145220ca29f63b11e07f803515fb5ccf8edc41",
+		"7029937d2cb2e261d24885859c85a0ea8490ce4a2780748dcf855134eeb2169d",
+	}
+	sp, replay := openTestSpool(t, dir, 100)
+	if left := legacyFiles(t, dir); len(left) != 0 {
+		t.Errorf("former files left: %v", left)
+	}
+	if got := fmt.Sprint(seqs(replay)); got != "[5 6 7 8 9 10 11 12]" {
+		t.Fatalf("replayed %s", got)
+	}
+	for _, ev := range replay {
+		i := int(ev.Seq) - 1 // the fixture's event i has seq i+1
+		if want := surveyResponseBody(1+i%3, i); string(ev.Body) != want || ev.ID != bodyID([]byte(want)) ||
+			!ev.ReceivedAt.Equal(time.Unix(1700000000, int64(i))) || ev.Parsed.SurveyID != int64(1+i%3) {
+			t.Errorf("event %d imported as %+v", ev.Seq, ev)
+		}
+	}
+	for _, id := range done {
+		if !sp.contains(id) {
+			t.Errorf("done id %s… not in the window", id[:8])
+		}
+	}
+	if sp.attempts[6] != 2 || len(sp.attempts) != 1 {
+		t.Errorf("attempts %v, want event 6 at 2", sp.attempts)
+	}
+	sp.close()
+
+	// A crash after the import committed, before the files went: the next
+	// start only removes them, nothing is imported twice.
+	if err := os.CopyFS(dir+"/again", os.DirFS("testdata/legacy-spool")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range legacyFiles(t, dir+"/again") {
+		if err := os.Rename(f, filepath.Join(dir, filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp, replay = openTestSpool(t, dir, 100)
+	defer sp.close()
+	if left := legacyFiles(t, dir); len(left) != 0 {
+		t.Errorf("former files left: %v", left)
+	}
+	if got := fmt.Sprint(seqs(replay)); got != "[5 6 7 8 9 10 11 12]" || keys(t, sp, bucketDone) != 4 {
+		t.Fatalf("after a second start: replayed %s, %d done marks", got, keys(t, sp, bucketDone))
+	}
+	if ev := appendN(t, sp, 100, 1); ev[0].Seq != 13 {
+		t.Errorf("seq after the import %d, want 13", ev[0].Seq)
+	}
+}
+
+// A former spool written by encodeLegacyRecord (many events, some done,
+// a duplicate left by a compaction cut short) imports in several
+// transactions and keeps each waiting event once.
+func TestSpoolImportsLargeFormerSpool(t *testing.T) {
+	dir := t.TempDir()
+	const n = legacyImportBatch + 100
+	var seg bytes.Buffer
+	var doneLog bytes.Buffer
+	for i := range n {
+		body := []byte(responseBody(i))
+		ev := &Event{ID: bodyID(body), Seq: uint64(i + 1), ReceivedAt: time.Unix(1700000000, int64(i)).UTC(), Body: body}
+		encodeLegacyRecord(&seg, ev)
+		if i%2 == 0 {
+			fmt.Fprintf(&doneLog, "%d %s\n", ev.Seq, ev.ID)
+		}
+	}
+	whole := seg.Bytes()
+	for name, data := range map[string][]byte{
+		fmt.Sprintf("wal-%020d.log", 1): whole,
+		fmt.Sprintf("wal-%020d.log", 2): whole[:len(whole)/2], // a compaction's leftover: duplicates
+		legacyDoneName:                  doneLog.Bytes(),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp, replay := openTestSpool(t, dir, 100)
+	defer sp.close()
+	if len(replay) != n/2 {
+		t.Fatalf("replayed %d, want %d", len(replay), n/2)
+	}
+	for i := 1; i < len(replay); i++ {
+		if replay[i].Seq <= replay[i-1].Seq {
+			t.Fatalf("out of order at %d", i)
+		}
+	}
+	if keys(t, sp, bucketDone) != 100 || sp.doneAtLoad[KindResponseReceived] == 0 {
+		t.Errorf("done marks %d, already done %v", keys(t, sp, bucketDone), sp.doneAtLoad)
+	}
+}
+
+// encodeLegacyRecord is the former spool's record encoder (for tests).
+func encodeLegacyRecord(buf *bytes.Buffer, ev *Event) {
+	plen := legacyPayloadFix + len(ev.ID) + len(ev.Body)
+	var hdr [legacyRecHdrLen + legacyPayloadFix]byte
+	binary.BigEndian.PutUint32(hdr[0:], uint32(plen))
+	binary.BigEndian.PutUint64(hdr[8:], ev.Seq)
+	binary.BigEndian.PutUint64(hdr[16:], uint64(ev.ReceivedAt.UnixNano()))
+	binary.BigEndian.PutUint16(hdr[24:], uint16(len(ev.ID)))
+	start := buf.Len()
+	buf.Write(hdr[:])
+	buf.WriteString(ev.ID)
+	buf.Write(ev.Body)
+	rec := buf.Bytes()[start:]
+	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[legacyRecHdrLen:], castagnoli))
+}
+
+// A file left mostly free (the spool filled, then drained) is rewritten
+// smaller at start, and keeps what it held.
+func TestSpoolCompactsMostlyFreeFile(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openTestSpool(t, dir, 100)
+	pad := string(bytes.Repeat([]byte("x"), 4000))
+	var evs []Event
+	for i := range 600 {
+		body := []byte(responseBody(i)[:len(responseBody(i))-1] + `,"pad":"` + pad + `"}`)
+		ev := &Event{ID: bodyID(body), ReceivedAt: time.Unix(1700000000, int64(i)).UTC(), Body: body}
+		if _, err := sp.append([]*Event{ev}, 1<<20, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, *ev)
+	}
+	if err := sp.markDone(marks(evs[:590])); err != nil {
+		t.Fatal(err)
+	}
+	sp.close()
+	path := filepath.Join(dir, dbName)
+	before, _ := os.Stat(path)
+	sp, _, err := openSpool(dir, 100, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.compact(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	sp.close()
+	after, _ := os.Stat(path)
+	if after.Size()*2 > before.Size() {
+		t.Errorf("file %d bytes before, %d after compaction", before.Size(), after.Size())
+	}
+	sp, replay := openTestSpool(t, dir, 100)
+	defer sp.close()
+	if fmt.Sprint(seqs(replay)) != fmt.Sprint(seqs(evs[590:])) || !sp.contains(evs[589].ID) {
+		t.Fatalf("after compaction: replayed %v", seqs(replay))
+	}
+	if ev := appendN(t, sp, 1000, 1); ev[0].Seq != 601 {
+		t.Errorf("seq after compaction %d, want 601", ev[0].Seq)
+	}
+	t.Logf("%d bytes before, %d after", before.Size(), after.Size())
 }

@@ -5,8 +5,8 @@ package apicalls
 import (
 	"time"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/source/poll"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // pollOptions for the poller before issue 12: it sleeps PollInterval on the

@@ -36,10 +36,10 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
-	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func envInt(name string, def int) int {
@@ -204,11 +204,11 @@ func TestAPICalls(t *testing.T) {
 			done := make(chan error, 1)
 			if err := pipe.Submit(r.Context(), pipeline.Ref{SurveyID: ev.SurveyID, ResponseID: id, Source: "webhook", Urgent: true,
 				Done: func(err error) { done <- err }}); err != nil {
-				http.Error(w, err.Error(), 503)
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			if err := <-done; err != nil {
-				http.Error(w, err.Error(), 503)
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 		}

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/survey"
-	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // lineCounter counts the poller's log lines by message and survey.

@@ -77,7 +77,7 @@ func run(addrs []string, cluster string, surveys, responses, fetch, maxRows, raw
 	for _, b := range []string{"surveysync", "surveysim"} {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("build %s: %v\n%s", b, err, out)
+			return fmt.Errorf("build %s: %w\n%s", b, err, out)
 		}
 	}
 	port, err := freePort()
@@ -170,7 +170,7 @@ wait:
 		select {
 		case err := <-done:
 			if err != nil {
-				return fmt.Errorf("surveysync: %v (log: %s)", err, logf.Name())
+				return fmt.Errorf("surveysync: %w (log: %s)", err, logf.Name())
 			}
 			break wait
 		case <-tick.C:

@@ -51,9 +51,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -13,10 +13,10 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/blob"
 	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // The index in ClickHouse, end to end: the responses' rows are in the

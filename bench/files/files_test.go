@@ -180,7 +180,7 @@ func TestEmulatorToStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := tg.open(t)
-			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "uploaded_files.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,7 +284,7 @@ func TestFilesBenchmark(t *testing.T) {
 		}
 		t.Run(tg.name, func(t *testing.T) {
 			st := tg.open(t)
-			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "uploaded_files.db"))
 			if err != nil {
 				t.Fatal(err)
 			}

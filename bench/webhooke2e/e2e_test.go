@@ -37,10 +37,10 @@ import (
 
 	"github.com/surveysync/surveysync/internal/faultproxy"
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/survey"
-	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 

@@ -46,7 +46,7 @@ func printWhereToLook(w io.Writer, cfg *config.Config) {
 	dir := cfg.Parquet.Dir
 	fmt.Fprintf(w, "  responses: %s\n  answers:   %s\n", filepath.Join(dir, flatten.TableResponses), filepath.Join(dir, flatten.TableAnswers))
 	if cfg.Files.Enabled {
-		fmt.Fprintf(w, "  uploaded files: %s (index: %s)\n", cfg.Files.URL, filepath.Join(dir, "uploaded_files.jsonl"))
+		fmt.Fprintf(w, "  uploaded files: %s (index: %s)\n", cfg.Files.URL, filepath.Join(dir, "uploaded_files.db"))
 	}
 	fmt.Fprintf(w, "  look at it: surveysync query --parquet-dir %s\n", dir)
 	fmt.Fprintf(w, "  or DuckDB (current rows: latest version per response, deleted excluded; docs/parquet.md):\n")

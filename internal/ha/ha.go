@@ -393,7 +393,7 @@ func (c *campaign) lead(ctx context.Context, lead func(context.Context)) error {
 	<-done
 	e.gauge.Set(0)
 	if inflight {
-		<-pinged // the ping goroutine is owned here; requests end when the connection does
+		<-pinged //nolint:errcheck // its error was handled by the ping goroutine, which is owned here; requests end when the connection does
 	}
 	if why != "stopping" {
 		e.log.Warn("ha: stepped down", "instance", e.o.Instance, "reason", why)

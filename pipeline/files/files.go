@@ -140,7 +140,7 @@ type Record struct {
 func (r Record) Stored() bool { return r.SHA256 != "" && r.Error == "" && !r.Deleted }
 
 // Index keeps the uploaded_files rows. Implementations: sink/clickhouse
-// (FileIndex, table uploaded_files) and sink/parquet (JSONLIndex, a file
+// (FileIndex, table uploaded_files) and sink/parquet (FileIndex, a file
 // under the data folder).
 type Index interface {
 	// Record stores new versions of rows. It returns nil only once they are

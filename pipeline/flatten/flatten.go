@@ -501,14 +501,6 @@ func appendOptInt(ib *array.Int64Builder, v *int64) {
 	ib.Append(*v)
 }
 
-func appendOptFlex(ib *array.Int64Builder, v *survey.FlexInt) {
-	if v == nil {
-		ib.AppendNull()
-		return
-	}
-	ib.Append(int64(*v))
-}
-
 // unsafeAppendOptFlex is appendOptFlex on a builder with reserved room.
 func unsafeAppendOptFlex(ib *array.Int64Builder, v *survey.FlexInt) {
 	if v == nil {
@@ -543,8 +535,8 @@ func (b *Builder) Flush() *Batch {
 		b.estData[i] = max(sb.DataLen(), b.estData[i]/2)
 	}
 	batch := &Batch{
-		Responses: b.resp.NewRecord(),
-		Answers:   b.ans.NewRecord(),
+		Responses: b.resp.NewRecordBatch(),
+		Answers:   b.ans.NewRecordBatch(),
 	}
 	var sum [sha256.Size]byte
 	batch.Token = hex.EncodeToString(b.token.Sum(sum[:0])[:16])

@@ -104,7 +104,7 @@ func TestGolden(t *testing.T) {
 // checkBatch validates the records' shape against the schemas.
 func checkBatch(t *testing.T, b *Batch) {
 	t.Helper()
-	for _, rec := range []arrow.Record{b.Responses, b.Answers} {
+	for _, rec := range []arrow.RecordBatch{b.Responses, b.Answers} {
 		for i, col := range rec.Columns() {
 			if int64(col.Len()) != rec.NumRows() {
 				t.Fatalf("column %s has %d rows, record %d", rec.ColumnName(i), col.Len(), rec.NumRows())
@@ -124,7 +124,7 @@ func checkBatch(t *testing.T, b *Batch) {
 
 // renderRecord writes each row as a JSON object with the table name and
 // the columns in schema order; timestamps in RFC 3339 with milliseconds.
-func renderRecord(w *bytes.Buffer, table string, rec arrow.Record) {
+func renderRecord(w *bytes.Buffer, table string, rec arrow.RecordBatch) {
 	for row := 0; row < int(rec.NumRows()); row++ {
 		fmt.Fprintf(w, `{"table":%q`, table)
 		for c, col := range rec.Columns() {

@@ -70,8 +70,8 @@ var AnswersSchema = arrow.NewSchema([]arrow.Field{
 // rows of the same set of responses, at the versions given. The batch owns
 // its records; whoever holds the batch last calls Release exactly once.
 type Batch struct {
-	Responses arrow.Record // ResponsesSchema
-	Answers   arrow.Record // AnswersSchema
+	Responses arrow.RecordBatch // ResponsesSchema
+	Answers   arrow.RecordBatch // AnswersSchema
 	// Token identifies the batch's content (a hash of its response ids and
 	// versions): a sink that retries a write can use it to deduplicate.
 	Token string

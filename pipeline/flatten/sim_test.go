@@ -7,8 +7,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // emulatorItems returns every response the emulator generates for a survey
@@ -27,7 +27,6 @@ func emulatorItems(tb testing.TB, n int) []flatten.Item {
 	defer s.Close()
 	var items []flatten.Item
 	for r := range s.Responses(4574) {
-		r := r
 		items = append(items, flatten.Item{
 			Response: &r, SurveyID: 4574, ResponseID: r.ResponseID,
 			Version: uint64(len(items) + 1), SyncedAt: now,

@@ -172,7 +172,7 @@ func TestCutDownloadLeavesNothingThenSucceeds(t *testing.T) {
 			fs.add(r.FileID, fileSpec{size: size, name: czechName})
 			fs.cutNext(r.FileID, size/2)
 			opts := testOptions(t)
-			ix, err := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "uploaded_files.jsonl"))
+			ix, err := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "uploaded_files.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,9 +216,9 @@ func TestRerunCopiesNothing(t *testing.T) {
 	stores(t, func(t *testing.T, st *Store) {
 		fs := newFileServer(t)
 		resp := responseWithFiles(fs, 4574, guid(0xabc00000, 1), 12, 40<<10)
-		ixPath := filepath.Join(t.TempDir(), "uploaded_files.jsonl")
-		run := func() (*Copier, *parquet.JSONLIndex) {
-			ix, err := parquet.OpenJSONLIndex(ixPath)
+		ixPath := filepath.Join(t.TempDir(), "uploaded_files.db")
+		run := func() (*Copier, *parquet.FileIndex) {
+			ix, err := parquet.OpenFileIndex(ixPath)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +281,7 @@ func TestSizeCap(t *testing.T) {
 	fs.add(r.FileID, fileSpec{size: 100 << 10})
 	opts := testOptions(t)
 	opts.MaxSize = 64 << 10
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, opts)
 	_, err := c.Copy(context.Background(), r)
@@ -323,7 +323,7 @@ func TestSizeCap(t *testing.T) {
 func TestNotFoundIsPermanent(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-00000000dead")
@@ -344,7 +344,7 @@ func TestNotFoundIsPermanent(t *testing.T) {
 func TestServerErrorsRetried(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	r := ref(1, "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000003")
@@ -364,7 +364,7 @@ func TestServerErrorsRetried(t *testing.T) {
 func TestQueueFullDefersToIndex(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	opts := testOptions(t)
 	opts.QueueSize = 3
@@ -388,8 +388,8 @@ func TestQueueFullDefersToIndex(t *testing.T) {
 func TestShutdownRecordsPendingAndRestartCopiesThem(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ixPath := filepath.Join(t.TempDir(), "ix.jsonl")
-	ix, _ := parquet.OpenJSONLIndex(ixPath)
+	ixPath := filepath.Join(t.TempDir(), "ix.db")
+	ix, _ := parquet.OpenFileIndex(ixPath)
 	resp := responseWithFiles(fs, 9, guid(0x45600000, 3), 6, 1000)
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	c.HandleResponse(context.Background(), resp)
@@ -402,7 +402,7 @@ func TestShutdownRecordsPendingAndRestartCopiesThem(t *testing.T) {
 	}
 	ix.Close()
 
-	ix2, err := parquet.OpenJSONLIndex(ixPath)
+	ix2, err := parquet.OpenFileIndex(ixPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +420,7 @@ func TestMarkDeleted(t *testing.T) {
 		t.Run(map[bool]string{false: "mark", true: "remove"}[remove], func(t *testing.T) {
 			st, _ := fileStore(t)
 			fs := newFileServer(t)
-			ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+			ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 			defer ix.Close()
 			opts := testOptions(t)
 			opts.DeleteWithResponse = remove
@@ -465,7 +465,7 @@ func TestS3OutageLosesNothing(t *testing.T) {
 	v := blobtest.Start(t)
 	st := s3Store(t, v, "outage")
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	opts := testOptions(t)
 	c := NewCopier(st, fs.downloader(), ix, opts)
@@ -500,7 +500,7 @@ func TestS3OutageLosesNothing(t *testing.T) {
 // discoveringIndex is a JSONL index that also reports files "named in
 // stored answers" (the ClickHouse index's files.Discoverer).
 type discoveringIndex struct {
-	*parquet.JSONLIndex
+	*parquet.FileIndex
 	refs []files.FileRef
 }
 
@@ -517,10 +517,10 @@ func (d *discoveringIndex) Undiscovered(ctx context.Context, typeMatch []string,
 func TestDiscoveredFilesAreCopied(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	jx, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	jx, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer jx.Close()
 	resp := responseWithFiles(fs, 8, guid(0xd15c0000, 1), 5, 700)
-	ix := &discoveringIndex{JSONLIndex: jx, refs: files.FindFiles(resp, nil)}
+	ix := &discoveringIndex{FileIndex: jx, refs: files.FindFiles(resp, nil)}
 	c := NewCopier(st, fs.downloader(), ix, testOptions(t))
 	runCopier(t, c)
 	waitFor(t, 10*time.Second, "discovered files stored", func() bool {
@@ -548,7 +548,7 @@ func TestMetricsLint(t *testing.T) {
 func TestDrainedIgnoresWaitingRetries(t *testing.T) {
 	st, _ := fileStore(t)
 	fs := newFileServer(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	opts := testOptions(t)
 	opts.RetryInitial = time.Hour
@@ -705,7 +705,7 @@ func TestS3PutCancelledLeavesNothing(t *testing.T) {
 // the size cap's error is a permanent.Error too.
 func TestSharedPermanentErrorIsPermanent(t *testing.T) {
 	st, _ := fileStore(t)
-	ix, _ := parquet.OpenJSONLIndex(filepath.Join(t.TempDir(), "ix.jsonl"))
+	ix, _ := parquet.OpenFileIndex(filepath.Join(t.TempDir(), "ix.db"))
 	defer ix.Close()
 	var calls atomic.Int64
 	dl := DownloadFunc(func(ctx context.Context, s int64, rid, fid survey.GUID) (*Download, error) {

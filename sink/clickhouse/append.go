@@ -40,7 +40,7 @@ func insertSQL(table string, schema *arrow.Schema) string {
 
 // appendRecord appends every column of rec to batch, by position. Columns
 // named in uuidCols hold lower-case GUID strings and go to UUID columns.
-func appendRecord(batch driver.Batch, rec arrow.Record, uuidCols map[string]bool) error {
+func appendRecord(batch driver.Batch, rec arrow.RecordBatch, uuidCols map[string]bool) error {
 	for i, f := range rec.Schema().Fields() {
 		v, err := columnValues(rec.Column(i), f, uuidCols[f.Name])
 		if err != nil {

@@ -31,7 +31,7 @@ func (s *Sink) CheckWrites(ctx context.Context) []warehouse.WriteCheck {
 		name   string
 		schema *arrow.Schema
 	}{{flatten.TableResponses, flatten.ResponsesSchema}, {flatten.TableAnswers, flatten.AnswersSchema}} {
-		rec := array.NewRecordBuilder(memory.DefaultAllocator, t.schema).NewRecord()
+		rec := array.NewRecordBuilder(memory.DefaultAllocator, t.schema).NewRecordBatch()
 		err := s.insertOnce(ctx, insertSQL(s.table(t.name), t.schema), rec)
 		rec.Release()
 		out = append(out, s.check(t.name, err))

@@ -193,7 +193,7 @@ func (s *Sink) ExportWideParquet(ctx context.Context, w io.Writer, surveyID int6
 		if pending == 0 {
 			return nil
 		}
-		rec := rb.NewRecord()
+		rec := rb.NewRecordBatch()
 		defer rec.Release()
 		pending = 0
 		return pw.Write(rec)

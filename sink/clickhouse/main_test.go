@@ -192,7 +192,7 @@ func buildBatch(mem memory.Allocator, rs []testResponse) *flatten.Batch {
 			appendAnswer(ab, r, q, status)
 		}
 	}
-	return &flatten.Batch{Responses: rb.NewRecord(), Answers: ab.NewRecord(), Token: "test"}
+	return &flatten.Batch{Responses: rb.NewRecordBatch(), Answers: ab.NewRecordBatch(), Token: "test"}
 }
 
 func appendAnswer(ab *array.RecordBuilder, r testResponse, q int, status string) {

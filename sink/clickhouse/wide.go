@@ -436,7 +436,7 @@ func (w *wideState) init() {
 // seenColumns lists the columns the answers of rec call for that known
 // lacks, one per key, with what the first row of each says (strings copied:
 // rec's buffers are released after the write).
-func seenColumns(rec arrow.Record, known map[wideKey]int) map[wideKey]WideColumn {
+func seenColumns(rec arrow.RecordBatch, known map[wideKey]int) map[wideKey]WideColumn {
 	if rec == nil || rec.NumRows() == 0 {
 		return nil
 	}
@@ -500,7 +500,7 @@ func seenColumns(rec arrow.Record, known map[wideKey]int) map[wideKey]WideColumn
 // that have new columns (or no view yet). A failure is logged, not
 // returned: the rows are written, and the view is replaced at the next
 // Write (or by `surveysync views --refresh`).
-func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Record) {
+func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.RecordBatch) {
 	s.wide.mu.Lock()
 	defer s.wide.mu.Unlock()
 	s.wide.init()

@@ -21,8 +21,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestSanitizeName(t *testing.T) {
@@ -93,7 +93,6 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 		defer b.Release()
 		for _, r := range rs {
 			version++
-			r := r
 			if err := b.Add(flatten.Item{Response: &r, SurveyID: 4574, ResponseID: r.ResponseID, Version: version, SyncedAt: now}); err != nil {
 				t.Fatal(err)
 			}
@@ -571,7 +570,7 @@ func compareParquet(t *testing.T, s *Sink, want map[string]map[string]string) {
 	defer tr.Release()
 	bad := 0
 	for tr.Next() {
-		rec := tr.Record()
+		rec := tr.RecordBatch()
 		for i := 0; i < int(rec.NumRows()); i++ {
 			row := map[string]string{}
 			for c, f := range rec.Schema().Fields() {

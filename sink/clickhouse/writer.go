@@ -56,7 +56,7 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 
 // insertRecord inserts rec into table once: retries belong to the caller
 // (the pipeline), which asks again after a transient failure.
-func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.Record, want *arrow.Schema) error {
+func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.RecordBatch, want *arrow.Schema) error {
 	if !rec.Schema().Equal(want) {
 		return fmt.Errorf("clickhouse: insert into %s: record schema does not match flatten's: %s", s.table(table), rec.Schema())
 	}
@@ -74,7 +74,7 @@ func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.Record,
 }
 
 // insertOnce prepares a fresh batch, appends rec column-wise and sends it.
-func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.Record) error {
+func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.RecordBatch) error {
 	batch, err := s.conn.PrepareBatch(s.insertCtx(ctx), query)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)

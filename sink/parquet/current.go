@@ -2,6 +2,7 @@ package parquet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -103,7 +104,7 @@ func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, c
 	defer rr.Release()
 	var n int64
 	for rr.Next() {
-		rec := rr.Record()
+		rec := rr.RecordBatch()
 		ids, ok1 := rec.Column(0).(*array.String)
 		surveys, ok2 := rec.Column(1).(*array.Int64)
 		names, ok3 := rec.Column(2).(*array.String)
@@ -145,7 +146,7 @@ func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, c
 			c.Deleted = deleted.Value(i) != 0
 		}
 	}
-	if err := rr.Err(); err != nil && err != io.EOF {
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return n, err
 	}
 	return n, nil

@@ -1,31 +1,37 @@
 package parquet
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
+	"maps"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/atomicfile"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/surveysync/surveysync/internal/kvstore"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/survey"
 )
 
-// JSONLIndex is the file index used without ClickHouse: one JSON object per
-// line (the uploaded_files columns), appended and fsynced by Record; the
-// newest _version of a file wins when the file is read back. It is opened
-// once per process and kept in memory.
-type JSONLIndex struct {
+// FileIndex is the file index used without ClickHouse (files.Index): a
+// bbolt database (internal/kvstore) with one entry per file, its key the
+// file's key and its value the latest row (the uploaded_files columns) as
+// JSON; Record is one transaction, durable when it returns, and keeps the
+// newest _version of a file. It is opened once per process and kept in
+// memory too.
+type FileIndex struct {
 	mu     sync.Mutex
 	path   string
-	f      *os.File
+	db     *bolt.DB
 	latest map[string]files.Record
 }
+
+var bucketFiles = []byte("files")
 
 type jsonRecord struct {
 	FileID      survey.GUID `json:"file_id"`
@@ -57,104 +63,113 @@ func fromJSON(j jsonRecord) files.Record {
 	}
 }
 
-// OpenJSONLIndex opens (creating) the index file at path, e.g.
-// <data>/uploaded_files.jsonl. A file with many superseded versions is
-// compacted on open (rewritten atomically).
-func OpenJSONLIndex(path string) (*JSONLIndex, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("file index %s: %w", path, err)
-	}
-	ix := &JSONLIndex{path: path, latest: map[string]files.Record{}}
-	lines := 0
-	if f, err := os.Open(path); err == nil {
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			var j jsonRecord
-			if len(sc.Bytes()) == 0 {
-				continue
-			}
-			if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
-				continue // a line torn by a crash: skip it
-			}
-			lines++
-			r := fromJSON(j)
-			if prev, ok := ix.latest[r.Key()]; !ok || r.Version >= prev.Version {
-				ix.latest[r.Key()] = r
-			}
-		}
-		err := sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("file index %s: %w", path, err)
-		}
-	} else if !os.IsNotExist(err) {
-		return nil, fmt.Errorf("file index %s: %w", path, err)
-	}
-	if lines > 2*len(ix.latest)+1000 {
-		if err := ix.compact(); err != nil {
-			return nil, err
-		}
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+// OpenFileIndex opens (creating) the index database at path, e.g.
+// <data>/uploaded_files.db. An index of the former format beside it (the
+// same name ending in .jsonl: one JSON row per line, appended) is imported
+// first, keeping the newest version of each file, and removed.
+func OpenFileIndex(path string) (*FileIndex, error) {
+	db, err := kvstore.Open(path, "file index")
 	if err != nil {
+		return nil, err
+	}
+	ix := &FileIndex{path: path, db: db, latest: map[string]files.Record{}}
+	if err := ix.open(); err != nil {
+		db.Close()
 		return nil, fmt.Errorf("file index %s: %w", path, err)
 	}
-	ix.f = f
 	return ix, nil
 }
 
-func (ix *JSONLIndex) compact() error {
-	err := atomicfile.Write(ix.path, 0o640, func(f *os.File) error {
-		w := bufio.NewWriter(f)
-		enc := json.NewEncoder(w)
-		for _, r := range ix.latest {
-			if err := enc.Encode(toJSON(r)); err != nil {
+func (ix *FileIndex) open() error {
+	err := ix.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketFiles, bucketImported} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return w.Flush()
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("compact file index %s: %w", ix.path, err)
+		return err
 	}
-	return nil
+	if former := strings.TrimSuffix(ix.path, filepath.Ext(ix.path)) + ".jsonl"; former != ix.path {
+		err := importJSONL(ix.db, former, func(tx *bolt.Tx, line []byte) error {
+			var j jsonRecord
+			if json.Unmarshal(line, &j) != nil {
+				return nil // a line torn by a crash: skip it
+			}
+			b := tx.Bucket(bucketFiles)
+			r := fromJSON(j)
+			if prev := b.Get([]byte(r.Key())); prev != nil {
+				var p jsonRecord
+				if json.Unmarshal(prev, &p) == nil && p.Version > r.Version {
+					return nil
+				}
+			}
+			return b.Put([]byte(r.Key()), line)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return ix.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketFiles).ForEach(func(k, v []byte) error {
+			var j jsonRecord
+			if err := json.Unmarshal(v, &j); err != nil {
+				return fmt.Errorf("entry %s: %w", k, err)
+			}
+			ix.latest[string(k)] = fromJSON(j)
+			return nil
+		})
+	})
 }
 
-// Record appends rows and fsyncs.
-func (ix *JSONLIndex) Record(ctx context.Context, recs []files.Record) error {
+// Record stores rows durably; a row older than the file's latest is ignored.
+func (ix *FileIndex) Record(ctx context.Context, recs []files.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var buf []byte
-	for _, r := range recs {
+	vals := make([][]byte, len(recs))
+	for i, r := range recs {
 		b, err := json.Marshal(toJSON(r))
 		if err != nil {
-			return fmt.Errorf("file index %s: %w", ix.path, err)
+			return fmt.Errorf("file index %s: %s: %w", ix.path, r.Key(), err)
 		}
-		buf = append(append(buf, b...), '\n')
+		vals[i] = b
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.f == nil {
+	if ix.db == nil {
 		return fmt.Errorf("file index %s: closed", ix.path)
 	}
-	if _, err := ix.f.Write(buf); err != nil {
-		return fmt.Errorf("file index %s: %w", ix.path, err)
-	}
-	if err := ix.f.Sync(); err != nil {
-		return fmt.Errorf("file index %s: %w", ix.path, err)
-	}
-	for _, r := range recs {
-		if prev, ok := ix.latest[r.Key()]; !ok || r.Version >= prev.Version {
-			ix.latest[r.Key()] = r
+	newer := map[string]files.Record{}
+	err := ix.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketFiles)
+		for i, r := range recs {
+			k := r.Key()
+			prev, ok := newer[k]
+			if !ok {
+				prev, ok = ix.latest[k]
+			}
+			if ok && r.Version < prev.Version {
+				continue
+			}
+			if err := b.Put([]byte(k), vals[i]); err != nil {
+				return err
+			}
+			newer[k] = r
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("file index %s: record %d rows: %w", ix.path, len(recs), err)
 	}
+	maps.Copy(ix.latest, newer)
 	return nil
 }
 
 // Pending lists live files not stored yet, oldest attempt first.
-func (ix *JSONLIndex) Pending(ctx context.Context, limit int) ([]files.Record, error) {
+func (ix *FileIndex) Pending(ctx context.Context, limit int) ([]files.Record, error) {
 	ix.mu.Lock()
 	var out []files.Record
 	for _, r := range ix.latest {
@@ -171,7 +186,7 @@ func (ix *JSONLIndex) Pending(ctx context.Context, limit int) ([]files.Record, e
 }
 
 // FilesOf returns the latest rows of a response's files.
-func (ix *JSONLIndex) FilesOf(ctx context.Context, surveyID int64, responseID survey.GUID) ([]files.Record, error) {
+func (ix *FileIndex) FilesOf(ctx context.Context, surveyID int64, responseID survey.GUID) ([]files.Record, error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var out []files.Record
@@ -185,7 +200,7 @@ func (ix *JSONLIndex) FilesOf(ctx context.Context, surveyID int64, responseID su
 }
 
 // Get returns the latest row of a file.
-func (ix *JSONLIndex) Get(ref files.FileRef) (files.Record, bool) {
+func (ix *FileIndex) Get(ref files.FileRef) (files.Record, bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	r, ok := ix.latest[ref.Key()]
@@ -193,7 +208,7 @@ func (ix *JSONLIndex) Get(ref files.FileRef) (files.Record, bool) {
 }
 
 // All returns the latest row of every file.
-func (ix *JSONLIndex) All() []files.Record {
+func (ix *FileIndex) All() []files.Record {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	out := make([]files.Record, 0, len(ix.latest))
@@ -204,16 +219,19 @@ func (ix *JSONLIndex) All() []files.Record {
 	return out
 }
 
-// Close closes the file.
-func (ix *JSONLIndex) Close() error {
+// Close closes the database.
+func (ix *FileIndex) Close() error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.f == nil {
+	if ix.db == nil {
 		return nil
 	}
-	err := ix.f.Close()
-	ix.f = nil
-	return err
+	err := ix.db.Close()
+	ix.db = nil
+	if err != nil {
+		return fmt.Errorf("file index %s: %w", ix.path, err)
+	}
+	return nil
 }
 
-var _ files.Index = (*JSONLIndex)(nil)
+var _ files.Index = (*FileIndex)(nil)

@@ -2,6 +2,7 @@ package parquet
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,57 +11,90 @@ import (
 	"github.com/surveysync/surveysync/pipeline/files"
 )
 
-func TestJSONLIndexReopenAndCompact(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sub", "uploaded_files.jsonl")
-	ix, err := OpenJSONLIndex(path)
+var (
+	testAt  = time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
+	testRef = files.FileRef{SurveyID: 1, ResponseID: "aaaaaaaa-0000-4000-8000-000000000001", QuestionID: 1, FileID: "bbbbbbbb-0000-4000-8000-000000000001"}
+)
+
+func checkStored(t *testing.T, ix *FileIndex) {
+	t.Helper()
+	got, ok := ix.Get(testRef)
+	if !ok || got.Version != 5000 || got.SHA256 != "abc" || got.FileName != "Přihláška – životopis.pdf" || !got.StoredAt.Equal(testAt) {
+		t.Fatalf("latest row: %+v", got)
+	}
+	if p, _ := ix.Pending(context.Background(), 0); len(p) != 0 {
+		t.Errorf("pending = %+v", p)
+	}
+	if n := len(ix.All()); n != 1 {
+		t.Errorf("%d files, want 1", n)
+	}
+}
+
+// Many versions of one file, recorded out of order: the newest wins, and
+// after a reopen too.
+func TestFileIndexKeepsNewestAcrossReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "uploaded_files.db")
+	ix, err := OpenFileIndex(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	at := time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
-	r := files.FileRef{SurveyID: 1, ResponseID: "aaaaaaaa-0000-4000-8000-000000000001", QuestionID: 1, FileID: "bbbbbbbb-0000-4000-8000-000000000001"}
-	// Many versions of one file, written out of order; then a stored one.
-	for v := 2000; v >= 1; v-- {
-		if err := ix.Record(ctx, []files.Record{{FileRef: r, StoredAt: at, Error: "boom", Attempts: v, Version: uint64(v)}}); err != nil {
+	stored := files.Record{FileRef: testRef, ObjectURL: "file:///x", FileName: "Přihláška – životopis.pdf", Size: 3, SHA256: "abc", StoredAt: testAt, Attempts: 2000, Version: 5000}
+	if err := ix.Record(ctx, []files.Record{{FileRef: testRef, StoredAt: testAt, Error: "boom", Attempts: 1, Version: 1}, stored}); err != nil {
+		t.Fatal(err)
+	}
+	for v := 2000; v >= 1000; v-- {
+		if err := ix.Record(ctx, []files.Record{{FileRef: testRef, StoredAt: testAt, Error: "boom", Attempts: v, Version: uint64(v)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stored := files.Record{FileRef: r, ObjectURL: "file:///x", FileName: "Přihláška – životopis.pdf", Size: 3, SHA256: "abc", StoredAt: at, Attempts: 2000, Version: 5000}
-	if err := ix.Record(ctx, []files.Record{stored}); err != nil {
+	checkStored(t, ix)
+	if err := ix.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ix.Close()
-	// A line torn by a crash is skipped.
-	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString(`{"file_id":"bbbb`)
-	f.Close()
+	if ix, err = OpenFileIndex(path); err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	checkStored(t, ix)
+}
 
-	ix, err = OpenJSONLIndex(path) // compacts: 2001 lines for 1 file
+// An index of the former format (uploaded_files.jsonl: appended versions,
+// a line torn by a crash) is imported at the first open and removed.
+func TestFileIndexImportsFormerJSONL(t *testing.T) {
+	dir := t.TempDir()
+	var lines []byte
+	for v := 2000; v >= 1; v-- {
+		b, _ := json.Marshal(toJSON(files.Record{FileRef: testRef, StoredAt: testAt, Error: "boom", Attempts: v, Version: uint64(v)}))
+		lines = append(append(lines, b...), '\n')
+	}
+	b, _ := json.Marshal(toJSON(files.Record{FileRef: testRef, ObjectURL: "file:///x", FileName: "Přihláška – životopis.pdf", Size: 3, SHA256: "abc", StoredAt: testAt, Attempts: 2000, Version: 5000}))
+	lines = append(append(lines, b...), '\n')
+	lines = append(lines, `{"file_id":"bbbb`...)
+	former := filepath.Join(dir, "uploaded_files.jsonl")
+	if err := os.WriteFile(former, lines, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := OpenFileIndex(filepath.Join(dir, "uploaded_files.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStored(t, ix)
+	ix.Close()
+	if _, err := os.Stat(former); !os.IsNotExist(err) {
+		t.Errorf("the former file is still there: %v", err)
+	}
+	// A crash after the import, before the removal: the file is only removed.
+	if err := os.WriteFile(former, lines, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	ix, err = OpenFileIndex(filepath.Join(dir, "uploaded_files.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ix.Close()
-	got, ok := ix.Get(r)
-	if !ok || got.Version != 5000 || got.SHA256 != "abc" || got.FileName != "Přihláška – životopis.pdf" || !got.StoredAt.Equal(at) {
-		t.Fatalf("after reopen: %+v", got)
+	checkStored(t, ix)
+	if _, err := os.Stat(former); !os.IsNotExist(err) {
+		t.Errorf("the former file is still there: %v", err)
 	}
-	if p, _ := ix.Pending(ctx, 0); len(p) != 0 {
-		t.Errorf("pending = %+v", p)
-	}
-	b, _ := os.ReadFile(path)
-	if n := len(splitLines(b)); n != 1 {
-		t.Errorf("compacted file has %d lines, want 1", n)
-	}
-}
-
-func splitLines(b []byte) []string {
-	var out []string
-	start := 0
-	for i, c := range b {
-		if c == '\n' {
-			out = append(out, string(b[start:i]))
-			start = i + 1
-		}
-	}
-	return out
 }

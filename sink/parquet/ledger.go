@@ -1,169 +1,176 @@
 package parquet
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"sync"
+	"strings"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/surveysync/surveysync/internal/kvstore"
 	"github.com/surveysync/surveysync/record"
 )
 
-// FileLedger is the feed ledger (record.FeedLedger) in local append-only
-// JSONL files, for runs without ClickHouse and for tests:
-// <dir>/<feed>.contacts.jsonl and <dir>/<feed>.sends.jsonl. Every Record*
-// call appends its lines in one write and fsyncs before returning. A torn last line (the process died mid-write)
-// is cut off when the file is next opened.
+// FileLedger is the feed ledger (record.FeedLedger) for runs without
+// ClickHouse: a bbolt database, <dir>/ledger.db (internal/kvstore), with a
+// bucket per feed under "contacts" and under "sends", whose keys are the
+// recording order and values the entries as JSON. Every Record* call is one
+// transaction, durable when it returns. Ledgers of the former format
+// (<dir>/<feed>.contacts.jsonl and .sends.jsonl) are imported when the
+// ledger opens, then removed (importJSONL).
 type FileLedger struct {
-	dir   string
-	mu    sync.Mutex
-	files map[string]*os.File // by file name
+	dir string
+	db  *bolt.DB
 }
 
-// NewFileLedger opens (creating) a file ledger in dir.
+const ledgerDBName = "ledger.db"
+
+var (
+	bucketContacts = []byte("contacts")
+	bucketSends    = []byte("sends")
+	// bucketImported holds, per former file imported, the SHA-256 of its
+	// content (importJSONL).
+	bucketImported = []byte("imported")
+)
+
+// The former files' names.
+const (
+	contactsSuffix = ".contacts.jsonl"
+	sendsSuffix    = ".sends.jsonl"
+)
+
+// NewFileLedger opens (creating) the ledger in dir. One process at a time
+// may hold it (a second one waits kvstore.LockTimeout, then fails).
 func NewFileLedger(dir string) (*FileLedger, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("file ledger: %w", err)
-	}
-	return &FileLedger{dir: dir, files: map[string]*os.File{}}, nil
-}
-
-// Close closes the ledger's files.
-func (l *FileLedger) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var errs []error
-	for name, f := range l.files {
-		errs = append(errs, f.Close())
-		delete(l.files, name)
-	}
-	return errors.Join(errs...)
-}
-
-func contactsFile(feed string) string { return feed + ".contacts.jsonl" }
-func sendsFile(feed string) string    { return feed + ".sends.jsonl" }
-
-// file returns the open append handle of name, repairing a torn tail on
-// first open. l.mu must be held.
-func (l *FileLedger) file(name string) (*os.File, error) {
-	if f, ok := l.files[name]; ok {
-		return f, nil
-	}
-	path := filepath.Join(l.dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	db, err := kvstore.Open(filepath.Join(dir, ledgerDBName), "feed ledger")
 	if err != nil {
-		return nil, fmt.Errorf("file ledger: %w", err)
+		return nil, err
 	}
-	if err := cutTornTail(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("file ledger %s: %w", path, err)
-	}
-	l.files[name] = f
-	return f, nil
-}
-
-// cutTornTail truncates f after its last newline and leaves the offset at the end.
-func cutTornTail(f *os.File) error {
-	size, err := f.Seek(0, io.SeekEnd)
-	if err != nil || size == 0 {
-		return err
-	}
-	const block = 4096
-	buf := make([]byte, block)
-	end := size
-	for end > 0 {
-		start := max(end-block, 0)
-		n, err := f.ReadAt(buf[:end-start], start)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
-			keep := start + int64(i) + 1
-			if keep == size {
-				return nil
-			}
-			if err := f.Truncate(keep); err != nil {
+	l := &FileLedger{dir: dir, db: db}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketContacts, bucketSends, bucketImported} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
-			_, err := f.Seek(keep, io.SeekStart)
-			return err
 		}
-		end = start
+		return nil
+	})
+	if err == nil {
+		err = l.importFormer()
 	}
-	if err := f.Truncate(0); err != nil {
-		return err
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("feed ledger %s: %w", dir, err)
 	}
-	_, err = f.Seek(0, io.SeekStart)
-	return err
+	return l, nil
 }
 
-func (l *FileLedger) appendLines(name string, lines []byte) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f, err := l.file(name)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(lines); err != nil {
-		return fmt.Errorf("file ledger %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("file ledger %s: fsync: %w", name, err)
+// importFormer imports the former JSONL files of every feed.
+func (l *FileLedger) importFormer() error {
+	for _, kind := range []struct {
+		suffix string
+		bucket []byte
+	}{{contactsSuffix, bucketContacts}, {sendsSuffix, bucketSends}} {
+		paths, err := filepath.Glob(filepath.Join(l.dir, "*"+kind.suffix))
+		if err != nil {
+			return err
+		}
+		for _, path := range paths {
+			feed := strings.TrimSuffix(filepath.Base(path), kind.suffix)
+			err := importJSONL(l.db, path, func(tx *bolt.Tx, line []byte) error {
+				if !json.Valid(line) {
+					return nil // a line torn by a crash
+				}
+				b, err := tx.Bucket(kind.bucket).CreateBucketIfNotExists([]byte(feed))
+				if err != nil {
+					return err
+				}
+				return putNext(b, line)
+			})
+			if err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-// RecordContacts appends entries durably.
+// Close closes the database.
+func (l *FileLedger) Close() error {
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("feed ledger %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// putNext appends v to b under the next key of b's sequence.
+func putNext(b *bolt.Bucket, v []byte) error {
+	n, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	return b.Put(kvstore.Key(n), v)
+}
+
+// record appends the lines, by feed, in one transaction.
+func (l *FileLedger) record(bucket []byte, byFeed map[string][][]byte) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		for feed, lines := range byFeed {
+			b, err := tx.Bucket(bucket).CreateBucketIfNotExists([]byte(feed))
+			if err != nil {
+				return err
+			}
+			for _, line := range lines {
+				if err := putNext(b, line); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("feed ledger %s: record %s: %w", l.dir, bucket, err)
+	}
+	return nil
+}
+
+// RecordContacts records entries durably.
 func (l *FileLedger) RecordContacts(ctx context.Context, entries []record.ContactEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	byFeed := map[string]*bytes.Buffer{}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	byFeed := map[string][][]byte{}
 	for _, e := range entries {
-		b := byFeed[e.Feed]
-		if b == nil {
-			b = &bytes.Buffer{}
-			byFeed[e.Feed] = b
-		}
 		line, err := json.Marshal(e)
 		if err != nil {
-			return err
+			return fmt.Errorf("feed ledger %s: feed %s key %s: %w", l.dir, e.Feed, e.Key, err)
 		}
-		b.Write(line)
-		b.WriteByte('\n')
+		byFeed[e.Feed] = append(byFeed[e.Feed], line)
 	}
-	for feed, b := range byFeed {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := l.appendLines(contactsFile(feed), b.Bytes()); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.record(bucketContacts, byFeed)
 }
 
-// RecordSend appends e durably.
+// RecordSend records e durably.
 func (l *FileLedger) RecordSend(ctx context.Context, e record.SendEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	line, err := json.Marshal(e)
 	if err != nil {
-		return err
+		return fmt.Errorf("feed ledger %s: send of feed %s: %w", l.dir, e.Feed, err)
 	}
-	return l.appendLines(sendsFile(e.Feed), append(line, '\n'))
+	return l.record(bucketSends, map[string][][]byte{e.Feed: {line}})
 }
 
 // LoadContacts calls fn for every recorded entry of feed, in recording order.
 func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(record.ContactEntry) error) error {
-	return l.load(ctx, contactsFile(feed), func(b []byte) error {
+	return l.load(ctx, bucketContacts, feed, func(b []byte) error {
 		var e record.ContactEntry
 		if err := json.Unmarshal(b, &e); err != nil {
 			return err
@@ -174,7 +181,7 @@ func (l *FileLedger) LoadContacts(ctx context.Context, feed string, fn func(reco
 
 // LoadSends calls fn for every recorded send of feed, in recording order.
 func (l *FileLedger) LoadSends(ctx context.Context, feed string, fn func(record.SendEntry) error) error {
-	return l.load(ctx, sendsFile(feed), func(b []byte) error {
+	return l.load(ctx, bucketSends, feed, func(b []byte) error {
 		var e record.SendEntry
 		if err := json.Unmarshal(b, &e); err != nil {
 			return err
@@ -183,39 +190,47 @@ func (l *FileLedger) LoadSends(ctx context.Context, feed string, fn func(record.
 	})
 }
 
-func (l *FileLedger) load(ctx context.Context, name string, fn func([]byte) error) error {
-	// Open through the append handle first so a torn tail is cut before reading.
-	l.mu.Lock()
-	_, err := l.file(name)
-	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(l.dir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("file ledger: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		if line%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
+// loadChunk is how many entries load reads per read transaction: fn runs
+// outside of it, so it may record (a write transaction that grows the file
+// waits for the read transactions to end).
+const loadChunk = 4096
+
+func (l *FileLedger) load(ctx context.Context, bucket []byte, feed string, fn func([]byte) error) error {
+	var after []byte // the last key read
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var keys, vals [][]byte
+		err := l.db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucket).Bucket([]byte(feed))
+			if b == nil {
+				return nil
+			}
+			c := b.Cursor()
+			k, v := c.First()
+			if after != nil {
+				if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for ; k != nil && len(keys) < loadChunk; k, v = c.Next() {
+				keys = append(keys, bytes.Clone(k))
+				vals = append(vals, bytes.Clone(v))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("feed ledger %s: read %s of feed %s: %w", l.dir, bucket, feed, err)
+		}
+		for i, v := range vals {
+			if err := fn(v); err != nil {
+				return fmt.Errorf("feed ledger %s: %s of feed %s, entry %d: %w", l.dir, bucket, feed, kvstore.Uint(keys[i]), err)
 			}
 		}
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
+		if len(keys) < loadChunk {
+			return nil
 		}
-		if err := fn(sc.Bytes()); err != nil {
-			return fmt.Errorf("file ledger %s line %d: %w", path, line, err)
-		}
+		after = keys[len(keys)-1]
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("file ledger %s: %w", path, err)
-	}
-	return nil
 }

@@ -11,7 +11,7 @@
 //	<dir>/answers/survey_id=<id>/date=<YYYY-MM-DD>/part-<token>.parquet
 //	<dir>/_state/sync_state.json, <dir>/_state/surveys.json
 //	<dir>/rejects/rejects-<time>-<hash>.jsonl (responses given up on, see WriteRejects)
-//	<dir>/uploaded_files.jsonl, <dir>/_feeds/<feed>.{contacts,sends}.jsonl
+//	<dir>/uploaded_files.db, <dir>/_feeds/ledger.db (bbolt; FileIndex, FileLedger)
 //
 // One folder per table, partitioned by survey and by day (UTC): the day of
 // date_completed, else of date_created (partial responses); a deleted
@@ -262,7 +262,7 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 	return s.writeTable(ctx, flatten.TableResponses, b.Token, b.Responses, resp)
 }
 
-func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.Record, p partitioning) error {
+func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.RecordBatch, p partitioning) error {
 	if rec == nil || rec.NumRows() == 0 {
 		return nil
 	}
@@ -288,7 +288,7 @@ func (s *Sink) writeTable(ctx context.Context, table, token string, rec arrow.Re
 
 // writeFile writes rec to path durably (atomicfile): a reader never sees
 // a partial file, and on error no temporary file is left behind.
-func (s *Sink) writeFile(dir, path string, rec arrow.Record) error {
+func (s *Sink) writeFile(dir, path string, rec arrow.RecordBatch) error {
 	if err := atomicfile.MkdirAll(dir); err != nil {
 		return err
 	}
@@ -363,7 +363,7 @@ func (p *partitioning) add(k partKey, index map[partKey]int32) int32 {
 	return i
 }
 
-func column[T arrow.Array](rec arrow.Record, name string) (T, error) {
+func column[T arrow.Array](rec arrow.RecordBatch, name string) (T, error) {
 	var zero T
 	idx := rec.Schema().FieldIndices(name)
 	if len(idx) != 1 {
@@ -378,7 +378,7 @@ func column[T arrow.Array](rec arrow.Record, name string) (T, error) {
 
 // partitionResponses partitions responses rows by survey and by the day of
 // date_completed, else date_created; deleted rows by the day of synced_at.
-func partitionResponses(rec arrow.Record) (partitioning, error) {
+func partitionResponses(rec arrow.RecordBatch) (partitioning, error) {
 	var p partitioning
 	if rec == nil || rec.NumRows() == 0 {
 		return p, nil
@@ -423,7 +423,7 @@ func partitionResponses(rec arrow.Record) (partitioning, error) {
 // partitionAnswers puts each answers row in the partition of its response's
 // row (same response_id and _version) in the batch; a row without one (not
 // expected) goes by its own date_completed, else to 1970-01-01.
-func partitionAnswers(rec, responses arrow.Record, rp partitioning) (partitioning, error) {
+func partitionAnswers(rec, responses arrow.RecordBatch, rp partitioning) (partitioning, error) {
 	var p partitioning
 	if rec == nil || rec.NumRows() == 0 {
 		return p, nil
@@ -480,7 +480,7 @@ func partitionAnswers(rec, responses arrow.Record, rp partitioning) (partitionin
 // record returns the rows of partition i of rec, in their order, as a new
 // record the caller releases: a zero-copy slice when they are contiguous,
 // else the concatenation of their runs.
-func (p *partitioning) record(i int, rec arrow.Record, mem memory.Allocator) (arrow.Record, error) {
+func (p *partitioning) record(i int, rec arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
 	if p.runs == nil {
 		// Runs of consecutive rows of each partition, in one pass.
 		p.runs = make([][][2]int64, len(p.keys))
@@ -522,5 +522,5 @@ func (p *partitioning) record(i int, rec arrow.Record, mem memory.Allocator) (ar
 		}
 		cols[c] = col
 	}
-	return array.NewRecord(rec.Schema(), cols, n), nil
+	return array.NewRecordBatch(rec.Schema(), cols, n), nil
 }

@@ -110,7 +110,7 @@ func readTable(t *testing.T, mem memory.Allocator, dir, table string, schema *ar
 		rel, _ := filepath.Rel(filepath.Join(dir, table), filepath.Dir(path))
 		tr := array.NewTableReader(tbl, 1000)
 		for tr.Next() {
-			rec := tr.Record()
+			rec := tr.RecordBatch()
 			for i := 0; i < int(rec.NumRows()); i++ {
 				row := renderRow(rec, i)
 				rows = append(rows, row)
@@ -169,7 +169,7 @@ func wantPartition(table string, m map[string]any) string {
 	return fmt.Sprintf("survey_id=%.0f/date=%s", m["survey_id"], d)
 }
 
-func recordRows(rec arrow.Record) []string {
+func recordRows(rec arrow.RecordBatch) []string {
 	var rows []string
 	for i := 0; i < int(rec.NumRows()); i++ {
 		rows = append(rows, renderRow(rec, i))
@@ -178,7 +178,7 @@ func recordRows(rec arrow.Record) []string {
 	return rows
 }
 
-func renderRow(rec arrow.Record, row int) string {
+func renderRow(rec arrow.RecordBatch, row int) string {
 	m := map[string]any{}
 	for c, col := range rec.Columns() {
 		var v any

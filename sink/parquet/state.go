@@ -214,7 +214,7 @@ var stateRebuilt = map[string]string{
 func (s *Sink) setAside(path string, size int, derr error) error {
 	aside := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := os.Rename(path, aside); err != nil {
-		return fmt.Errorf("parquet sink: %s does not decode (%v) and cannot be set aside: %w", path, derr, err)
+		return fmt.Errorf("parquet sink: %s does not decode (%w) and cannot be set aside: %w", path, derr, err)
 	}
 	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("parquet sink: set aside %s: %w", path, err)

@@ -15,14 +15,15 @@ import (
 )
 
 // dirWarehouse is the Parquet sink with its other parts in files beside the
-// data: the uploaded-files index in <dir>/uploaded_files.jsonl and the feed
-// ledger under <dir>/_feeds, each opened on first use. It has no inventory
+// data: the uploaded-files index in <dir>/uploaded_files.db and the feed
+// ledger in <dir>/_feeds/ledger.db (bbolt databases; the former JSONL files
+// are imported), each opened on first use. It has no inventory
 // (no reconcile), no webhook log and no query connection.
 type dirWarehouse struct {
 	*Sink
 
 	mu     sync.Mutex // guards the parts
-	index  *JSONLIndex
+	index  *FileIndex
 	ledger *FileLedger
 }
 
@@ -35,12 +36,13 @@ func OpenWarehouse(o Options) (warehouse.Warehouse, error) {
 	return &dirWarehouse{Sink: s}, nil
 }
 
-// FileIndex opens <dir>/uploaded_files.jsonl.
+// FileIndex opens <dir>/uploaded_files.db (importing a former
+// <dir>/uploaded_files.jsonl).
 func (w *dirWarehouse) FileIndex() (files.Index, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.index == nil {
-		ix, err := OpenJSONLIndex(filepath.Join(w.dir, "uploaded_files.jsonl"))
+		ix, err := OpenFileIndex(filepath.Join(w.dir, "uploaded_files.db"))
 		if err != nil {
 			return nil, err
 		}
@@ -49,7 +51,8 @@ func (w *dirWarehouse) FileIndex() (files.Index, error) {
 	return w.index, nil
 }
 
-// FeedLedger opens the ledger under <dir>/_feeds.
+// FeedLedger opens the ledger in <dir>/_feeds (importing the former
+// <dir>/_feeds/*.jsonl).
 func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

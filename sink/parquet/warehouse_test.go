@@ -18,7 +18,7 @@ func TestWarehouseParts(t *testing.T) {
 	if w.Inventory() != nil || w.WebhookLog() != nil || w.QueryConn() != nil {
 		t.Error("the Parquet warehouse has no inventory, webhook log or query connection")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "uploaded_files.jsonl")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, "uploaded_files.db")); !os.IsNotExist(err) {
 		t.Errorf("the file index exists before its first use: %v", err)
 	}
 	if _, err := w.FileIndex(); err != nil {
@@ -32,7 +32,7 @@ func TestWarehouseParts(t *testing.T) {
 	if err := l.RecordContacts(ctx, []record.ContactEntry{{Feed: "f", Key: "k", State: "pushed"}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"uploaded_files.jsonl", "_feeds/f.contacts.jsonl"} {
+	for _, p := range []string{"uploaded_files.db", "_feeds/ledger.db"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Error(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
 
-// classify maps an API error to a ledger state. Only an answer that proves
+// classifyCall maps an API error to a ledger state. Only an answer that proves
 // the contact was not created makes a row failed (pushed again by a later
 // batch); anything that leaves the outcome open makes it uncertain, so that
 // no row is ever created twice:
@@ -20,12 +20,8 @@ import (
 //   - a network error the client reports as not sent, an argument refused
 //     before sending, or a context that ended before the call: failed;
 //   - anything else: uncertain.
-func classify(err error) (state, msg string) {
-	state, msg, _ = classifyCall(err)
-	return state, msg
-}
-
-// classifyCall is classify, and also reports whether the failure is about
+//
+// classifyCall also reports whether the failure is about
 // the service or the connection rather than the row (401, 402, a final 429
 // or 5xx, a network error): a chunk in which every row failed that way
 // stops its batch, which is then retried as a whole later (a csv_dir file

@@ -201,7 +201,7 @@ func (d csvDir) process(ctx context.Context, claimed string) error {
 	closeProblems := func() { pf.Close(); os.Remove(problemsPath) }
 	emit := func(r RowResult) {
 		if r.Outcome == OutcomeInvalid || r.Outcome == OutcomeFailed || r.Outcome == OutcomeUncertain {
-			enc.Encode(r)
+			_ = enc.Encode(r) // into pw, a bufio.Writer: its sticky error surfaces at its Flush
 		}
 	}
 	rows, closer, err := d.openRows(path)
@@ -264,21 +264,22 @@ func (d csvDir) writeReport(path string, rep *FileReport, pf *os.File) error {
 	}
 	return atomicfile.Write(path, 0o644, func(out *os.File) error {
 		w := bufio.NewWriter(out)
-		w.Write(head[:len(head)-1]) // drop the closing brace
-		w.WriteString(",\n  \"problems\": [")
+		// bufio.Writer's errors are sticky: Flush below reports the first.
+		_, _ = w.Write(head[:len(head)-1]) // drop the closing brace
+		_, _ = w.WriteString(",\n  \"problems\": [")
 		sc := bufio.NewScanner(pf)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for first := true; sc.Scan(); first = false {
 			if !first {
-				w.WriteByte(',')
+				_ = w.WriteByte(',')
 			}
-			w.WriteString("\n    ")
-			w.Write(sc.Bytes())
+			_, _ = w.WriteString("\n    ")
+			_, _ = w.Write(sc.Bytes())
 		}
 		if err := sc.Err(); err != nil {
 			return err
 		}
-		w.WriteString("\n  ]\n}\n")
+		_, _ = w.WriteString("\n  ]\n}\n")
 		return w.Flush()
 	})
 }

@@ -154,7 +154,7 @@ func (f *feed) httpHandler() http.Handler {
 		writeDeadline(w, r)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(resp)
+		_ = json.NewEncoder(w).Encode(resp) // the client went away: nothing to tell it
 	})
 }
 
@@ -184,7 +184,7 @@ func sortResults(rows []RowResult) {
 func httpError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg}) // the client went away: nothing to tell it
 }
 
 // newID returns a batch id part: the time and 6 random bytes.

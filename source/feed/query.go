@@ -101,7 +101,7 @@ func (f *feed) runQuery(ctx context.Context, emit func(RowResult), dry bool) (Su
 	if err != nil {
 		return Summary{}, err
 	}
-	defer closeRows()
+	defer func() { _ = closeRows() }() // read to the end or abandoned: a close error changes nothing
 	id := "query:" + f.now().UTC().Format(time.RFC3339Nano)
 	return f.runBatch(ctx, id, "query", next, emit, dry)
 }

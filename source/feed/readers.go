@@ -30,7 +30,7 @@ func unreadable(format string, a ...any) error {
 func csvRows(r io.Reader, delimiter string, m *mapper) (rowIter, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
-		br.Discard(3)
+		_, _ = br.Discard(3) // Peek returned these 3 bytes: Discard cannot fail
 	}
 	comma := detectDelimiter(br)
 	if d := []rune(delimiter); len(d) == 1 {
@@ -132,7 +132,7 @@ func detectDelimiter(br *bufio.Reader) rune {
 func jsonlRows(r io.Reader) rowIter {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
-		br.Discard(3)
+		_, _ = br.Discard(3) // Peek returned these 3 bytes: Discard cannot fail
 	}
 	var line int64
 	const maxLine = 1 << 20

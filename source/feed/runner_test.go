@@ -21,11 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 )
 
 func TestMain(m *testing.M) {
@@ -66,7 +66,6 @@ func csvFeed(dir string) feed.Options {
 }
 
 type env struct {
-	svc       *feedtest.Service
 	api       *surveyapi.Client
 	ledger    *parquet.FileLedger
 	reg       *prometheus.Registry
@@ -240,6 +239,7 @@ func TestCSV10kOnceAndRedrop(t *testing.T) {
 		t.Fatalf("re-drop report: %+v", reps[len(reps)-1].Summary)
 	}
 	// A fresh runner on the same ledger (a restart) also skips everything.
+	e.ledger.Close() // one process holds the ledger at a time
 	e2 := newEnv(t, svc.URL(), e.ledgerDir, 5*time.Second, csvFeed(dir))
 	genCSV(t, filepath.Join(dir, "again.csv"), 10000, true)
 	if err := e2.runner.RunOnce(ctx, "crm"); err != nil {
@@ -615,6 +615,7 @@ func TestGracefulStopLeavesNothingUncertain(t *testing.T) {
 		t.Fatalf("the file should stay in processing/: %v", n)
 	}
 	svc.SetDelay(0)
+	e.ledger.Close() // one process holds the ledger at a time
 	e2 := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
 	if unc, err := e2.runner.Uncertain(context.Background(), "crm"); err != nil || len(unc) != 0 {
 		t.Fatalf("uncertain after a graceful stop: %d %v", len(unc), err)

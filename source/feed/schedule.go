@@ -34,17 +34,17 @@ func (w Window) nextOpening(now time.Time) (*time.Time, error) {
 	if w.TimeZone != "" {
 		l, err := time.LoadLocation(w.TimeZone)
 		if err != nil {
-			return nil, fmt.Errorf("window time zone %q: %v", w.TimeZone, err)
+			return nil, fmt.Errorf("window time zone %q: %w", w.TimeZone, err)
 		}
 		loc = l
 	}
 	fh, fm, err := parseClock(w.From)
 	if err != nil {
-		return nil, fmt.Errorf("window from: %v", err)
+		return nil, fmt.Errorf("window from: %w", err)
 	}
 	th, tm, err := parseClock(w.To)
 	if err != nil {
-		return nil, fmt.Errorf("window to: %v", err)
+		return nil, fmt.Errorf("window to: %w", err)
 	}
 	if th*60+tm <= fh*60+fm {
 		return nil, fmt.Errorf("window %s–%s: from must be before to (windows across midnight are not supported)", w.From, w.To)

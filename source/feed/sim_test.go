@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/source/feed"
 )
 
 // startSim serves the emulator on 127.0.0.1.

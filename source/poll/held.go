@@ -184,13 +184,3 @@ func (h *held) putLocked(k heldKey, st uint8) {
 	}
 	h.young[k] = st
 }
-
-// len returns the number of entries held (for tests and the gauge).
-func (h *held) len() int {
-	if h.disabled {
-		return 0
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.young) + len(h.old)
-}

@@ -24,7 +24,7 @@ func (c *Client) CreateContact(ctx context.Context, distributionID int64, ct sur
 	u := c.base + "/distributions/" + strconv.FormatInt(distributionID, 10) + "/contacts"
 	var out *survey.CreatedContact
 	subject := "distribution " + strconv.FormatInt(distributionID, 10)
-	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true, subject: subject},
+	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true, subject: subject}, //nolint:bodyclose // c.do reads and closes every body
 		func(_ int, reqID string, b []byte, ctype string) (string, error) {
 			cc, id, err := decodeResult[survey.CreatedContact](reqID, b, ctype, false)
 			if err != nil {
@@ -57,7 +57,7 @@ func (c *Client) SendMessage(ctx context.Context, distributionID, messageID int6
 		"/messages/" + strconv.FormatInt(messageID, 10) + "/send"
 	var out *survey.SendResult
 	subject := "distribution " + strconv.FormatInt(distributionID, 10) + " message " + strconv.FormatInt(messageID, 10)
-	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true, subject: subject},
+	_, err = c.do(ctx, &request{op: op, method: http.MethodPost, url: u, body: body, post: true, subject: subject}, //nolint:bodyclose // c.do reads and closes every body
 		func(_ int, reqID string, b []byte, ctype string) (string, error) {
 			if len(b) == 0 { // 204 or an empty 200: nothing to report
 				out = &survey.SendResult{}

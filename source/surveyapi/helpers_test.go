@@ -2,7 +2,6 @@ package surveyapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -193,16 +192,6 @@ func countAnswers(r *survey.Response) int {
 		}
 	}
 	return n
-}
-
-// mustJSON is json.Marshal for tests.
-func mustJSON(t testing.TB, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 func fmtV(o Options) string      { return fmt.Sprintf("%v %+v %s", o, o, o) }

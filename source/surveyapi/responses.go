@@ -2,6 +2,7 @@ package surveyapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -129,6 +130,7 @@ func (c *Client) Ping(ctx context.Context) error {
 }
 
 func errorIs404or403(err error) bool {
-	ae, ok := err.(*APIError)
+	var ae *APIError
+	ok := errors.As(err, &ae)
 	return ok && (ae.Status == http.StatusNotFound || ae.Status == http.StatusForbidden)
 }

@@ -306,7 +306,7 @@ func TestTransportCancelMidBody(t *testing.T) {
 	body := responseJSON(testRID)
 	hold := make(chan struct{})
 	s := newRawServer(t, func(_ int64, req *http.Request, w *bufio.Writer) bool {
-		w.WriteString(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body)))
+		fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body))
 		w.Write(body[:200])
 		w.Flush()
 		<-hold // the rest never comes

@@ -106,7 +106,7 @@ func (s *Service) Calls() int64 { return s.calls.Load() }
 func writeJSON(w http.ResponseWriter, status int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(body)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 func errBody(status int, msg string) map[string]any {
