@@ -76,7 +76,7 @@ func tokenState(c *surveyapi.Client, a *accessWatch) error {
 		return fmt.Errorf("api: token rejected: %w", c.LastAuthError())
 	}
 	if a != nil && a.allForbidden() {
-		return errors.New("api: the token may read none of the surveys (HTTP 403 on each): fix: " + tokenFix)
+		return errors.New("api: the token may read none of the surveys (HTTP 403 on each): fix: check that api.token is the account's that owns the surveys, and its rights to them (surveysync doctor checks each)")
 	}
 	return nil
 }

@@ -93,7 +93,7 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 	policy := backoff.Policy{Initial: startRetryInitial, Max: startRetryMax}
 	t0 := time.Now()
 	for n := 1; ; n++ {
-		wh, err := OpenWarehouse(ctx, cfg, log, reg)
+		wh, err := openWarehouse(ctx, cfg, log, reg, true)
 		if err == nil {
 			st.set("warehouse", nil)
 			if n > 1 {

@@ -224,3 +224,30 @@ func statusSays(t *testing.T, cfg string, want ...string) {
 		}
 	}
 }
+
+// A token that may read none of the polled surveys (403 on each list
+// call) is the same error state, with its own wording; once the service
+// lets it read them again the daemon turns ready by itself.
+func TestForbiddenOnEverySurveyIsAnErrorState(t *testing.T) {
+	e := newEmulator(t, sim.Options{Surveys: specs(2, 10, 55)})
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpListResponses, Kind: "403"}); err != nil {
+		t.Fatal(err)
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, e, nil, "sync:\n  poll_interval: 1s\n")
+	rewriteConfig(t, cfg, map[string]string{"metrics:\n  listen: \"\"\n": "metrics:\n  listen: " + metrics + "\n"})
+	d := startDaemon(t, cfg)
+	body := waitReadyz(t, d, metrics, 503, "the token may read none of the surveys", 30*time.Second)
+	t.Logf("/readyz: %s", strings.TrimSpace(body))
+	statusSays(t, cfg, "API TOKEN REJECTED (HTTP 403 on every survey")
+	if v, err := scrapeOne(metrics, "surveysync_api_token_rejected"); err != nil || v != 1 {
+		t.Errorf("surveysync_api_token_rejected: %v %v", v, err)
+	}
+	e.sim.ClearFaults()
+	waitReadyz(t, d, metrics, 200, "ready", time.Minute)
+	if v, err := scrapeOne(metrics, "surveysync_api_token_rejected"); err != nil || v != 0 {
+		t.Errorf("surveysync_api_token_rejected after the fix: %v %v", v, err)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, time.Minute)
+}
