@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
@@ -104,12 +105,18 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 		if failFast || ctx.Err() != nil || !clickhouse.Unreachable(err) {
 			return nil, fmt.Errorf("open sink: %w; fix: %s", err, SinkFix(cfg))
 		}
+		if n == 1 {
+			// Under systemd (Type=notify, TimeoutStartSec) the start is
+			// done: the daemon runs and correctly waits, as notify.go says
+			// of an outage; a start timeout must not kill it.
+			sdNotify(log, sddaemon.SdNotifyReady+"\nSTATUS=waiting for the warehouse (start-up)")
+		}
 		wait := policy.Delay(n)
 		log.Warn("start-up: the warehouse is unreachable; waiting for it (nothing is read from the service meanwhile)",
 			"attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", err, "fix", SinkFix(cfg))
 		st.set("warehouse", fmt.Errorf("starting: the warehouse is unreachable (attempt %d, next in %s): %w", n, wait.Round(time.Second), err))
-		if err := backoff.Sleep(ctx, wait); err != nil {
-			return nil, fmt.Errorf("open sink: stopped while waiting for the warehouse: %w", errors.Join(err, st.errs()[0]))
+		if serr := backoff.Sleep(ctx, wait); serr != nil {
+			return nil, fmt.Errorf("open sink: stopped while waiting for the warehouse (last: %v): %w", err, serr)
 		}
 	}
 }
