@@ -137,6 +137,12 @@ func TestClickHouseDownAtStartIsWaitedOut(t *testing.T) {
 		t.Fatalf("one-shot run with ClickHouse down: exit %d:\n%s", code, tail(out, 10))
 	}
 	t.Logf("one-shot run failed after %v: %s", time.Since(start).Round(time.Millisecond), lastLine(out))
+	for _, args := range [][]string{{"status", "--config", withoutAPISecrets(t, cfg)}, {"doctor", "--config", cfg}} {
+		out, code := runCLIBin(t, args...)
+		if code != exitFail || !strings.Contains(out, "check clickhouse.addr (native port") {
+			t.Errorf("%s with ClickHouse down: exit %d:\n%s", args[0], code, tail(out, 10))
+		}
+	}
 
 	d := startDaemon(t, cfg)
 	body := waitReadyz(t, d, metrics, 503, "starting: the warehouse is unreachable", 30*time.Second)
