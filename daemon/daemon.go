@@ -120,7 +120,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 		}
 	}
 	if o.ExitWhenSynced && !cfg.Demo.Emulator.Enabled {
-		if err := checkAPIOnce(intakeCtx, client, cfg); err != nil {
+		if err := checkAPIOnce(intakeCtx, cfg, log); err != nil {
 			return startFailed(err)
 		}
 	}
@@ -147,7 +147,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 		serveHAStatus(mux, d.elector)
 	}
 	if !o.ExitWhenSynced {
-		svc.Go(func() error { waitAPI(intakeCtx, client, cfg, h.start, log); return nil })
+		svc.Go(func() error { waitAPI(intakeCtx, cfg, h.start, log); return nil })
 	}
 	log.Info("surveysync started", "version", o.Version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
 

@@ -121,6 +121,16 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 	}
 }
 
+// newProbe is a client for the start-up's pings: one attempt each (the
+// start-up's back-off is the retry; the daemon's client would retry
+// api.max_retries times inside one ping), its metrics apart from the
+// daemon's.
+func newProbe(cfg *config.Config, log *slog.Logger) (*surveyapi.Client, error) {
+	c := *cfg
+	c.API.MaxRetries = -1
+	return NewClient(&c, log, prometheus.NewRegistry())
+}
+
 // apiAnswered reports whether a Ping error means the service answered:
 // nil, a rejected token (the client's 401 state takes over: /readyz, the
 // alert, a probe a minute) or a quota pause (402: the client waits).
@@ -129,8 +139,13 @@ func apiAnswered(err error) bool {
 }
 
 // checkAPIOnce is the one-shot run's start: the service must answer now.
-func checkAPIOnce(ctx context.Context, c *surveyapi.Client, cfg *config.Config) error {
-	err := c.Ping(ctx)
+func checkAPIOnce(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	c, err := newProbe(cfg, log)
+	if err != nil {
+		return fmt.Errorf("api client: %w", err)
+	}
+	defer c.Close()
+	err = c.Ping(ctx)
 	switch {
 	case errors.Is(err, surveyapi.ErrUnauthorized):
 		return errTokenRejected(c)
@@ -144,7 +159,13 @@ func checkAPIOnce(ctx context.Context, c *surveyapi.Client, cfg *config.Config) 
 // attempt) until it answers, with back-off, logging each attempt and
 // keeping /readyz unready meanwhile. The sources run anyway: their calls
 // fail and back off as during an outage, and the webhook receiver spools.
-func waitAPI(ctx context.Context, c *surveyapi.Client, cfg *config.Config, st *startup, log *slog.Logger) {
+func waitAPI(ctx context.Context, cfg *config.Config, st *startup, log *slog.Logger) {
+	c, err := newProbe(cfg, log)
+	if err != nil {
+		log.Warn("start-up: no client to ask the survey service", "err", err)
+		return
+	}
+	defer c.Close()
 	policy := backoff.Policy{Initial: startRetryInitial, Max: startRetryMax}
 	t0 := time.Now()
 	for n := 1; ; n++ {

@@ -257,3 +257,27 @@ func TestForbiddenOnEverySurveyIsAnErrorState(t *testing.T) {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	d.wait(t, time.Minute)
 }
+
+// The service unreachable at start: a one-shot run fails at once with the
+// fix; the daemon keeps running, /readyz says what it waits for.
+func TestAPIDownAtStart(t *testing.T) {
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 5, 56)})
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, e, nil, "sync:\n  poll_interval: 1s\n")
+	rewriteConfig(t, cfg, map[string]string{
+		e.srv.URL:                    fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		"metrics:\n  listen: \"\"\n": "metrics:\n  listen: " + metrics + "\n",
+	})
+	start := time.Now()
+	out, code := runCLIBin(t, "run", "--config", cfg, "--exit-when-synced")
+	if code != exitFail || !strings.Contains(out, "does not answer") || !strings.Contains(out, "fix: check api.base_url") {
+		t.Fatalf("one-shot run with the service down: exit %d:\n%s", code, tail(out, 10))
+	}
+	t.Logf("one-shot run failed after %v: %s", time.Since(start).Round(time.Millisecond), lastLine(out))
+	d := startDaemon(t, cfg)
+	body := waitReadyz(t, d, metrics, 503, "starting: the survey service does not answer", time.Minute)
+	t.Logf("/readyz: %s", strings.TrimSpace(body))
+	waitOutput(t, d, "start-up: the survey service does not answer; waiting for it", 10*time.Second)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, time.Minute)
+}
