@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,20 +35,25 @@ import (
 
 // Config is the whole configuration. Field tags name the YAML keys.
 type Config struct {
-	API        API        `koanf:"api"`
-	Surveys    []int64    `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
-	Sync       Sync       `koanf:"sync"`
-	Webhooks   Webhooks   `koanf:"webhooks"`
-	ClickHouse ClickHouse `koanf:"clickhouse"`
-	Parquet    Parquet    `koanf:"parquet"`
-	Files      Files      `koanf:"files"`
-	Metrics    Metrics    `koanf:"metrics"`
-	Shutdown   Shutdown   `koanf:"shutdown"`
-	Log        Log        `koanf:"log"`
-	Demo       Demo       `koanf:"demo"`
-	Feeds      []Feed     `koanf:"feeds"`
-	Privacy    Privacy    `koanf:"privacy"`
-	HA         HA         `koanf:"ha"`
+	API     API     `koanf:"api"`
+	Surveys []int64 `koanf:"surveys"` // survey ids to sync; webhooks add more at run time
+	// SurveysExclude are survey ids never synced: webhooks (survey_launched,
+	// response_received) and the surveys table cannot add them, and a
+	// reload stops polling them (docs/operations.md).
+	SurveysExclude []int64    `koanf:"surveys_exclude"`
+	Sync           Sync       `koanf:"sync"`
+	Webhooks       Webhooks   `koanf:"webhooks"`
+	ClickHouse     ClickHouse `koanf:"clickhouse"`
+	Parquet        Parquet    `koanf:"parquet"`
+	Files          Files      `koanf:"files"`
+	Metrics        Metrics    `koanf:"metrics"`
+	Shutdown       Shutdown   `koanf:"shutdown"`
+	Log            Log        `koanf:"log"`
+	Demo           Demo       `koanf:"demo"`
+	Feeds          []Feed     `koanf:"feeds"`
+	Privacy        Privacy    `koanf:"privacy"`
+	HA             HA         `koanf:"ha"`
+	Wide           Wide       `koanf:"wide"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -129,6 +135,28 @@ type ClickHouse struct {
 // Enabled reports whether a ClickHouse is configured (else the Parquet sink
 // is used).
 func (ch ClickHouse) Enabled() bool { return len(ch.Addr) > 0 }
+
+// Wide is the wide tables (docs/schema.md, "Wide tables"): ClickHouse's
+// views survey_<id> and the exports.
+type Wide struct {
+	// ChoiceIDs adds beside each single-choice column (and each matrix row
+	// with one answer) a column <name>_id: the chosen option's id.
+	ChoiceIDs bool `koanf:"choice_ids"`
+	// Names gives surveys a friendly view name besides survey_<id>, by
+	// survey id: {"4574": "spokojenost_2026"}.
+	Names map[string]string `koanf:"names"`
+}
+
+// ViewNames are Names by survey id (Validate checks the ids).
+func (w Wide) ViewNames() map[int64]string {
+	out := map[int64]string{}
+	for k, v := range w.Names {
+		if id, err := strconv.ParseInt(k, 10, 64); err == nil {
+			out[id] = v
+		}
+	}
+	return out
+}
 
 // Parquet is the file sink used when no ClickHouse is configured.
 type Parquet struct {
@@ -339,7 +367,8 @@ func defaults() *Config {
 			MaxRetries:     surveyapi.DefaultMaxRetries,
 			QuotaPause:     surveyapi.DefaultQuotaPause,
 		},
-		Surveys: []int64{},
+		Surveys:        []int64{},
+		SurveysExclude: []int64{},
 		Sync: Sync{
 			Statuses:          append([]string(nil), Statuses...),
 			PollInterval:      poll.DefaultPollInterval,
@@ -392,6 +421,7 @@ func defaults() *Config {
 			Seed:               1,
 		}},
 		Feeds: []Feed{},
+		Wide:  Wide{Names: map[string]string{}},
 		Privacy: Privacy{
 			Fields: PrivacyFields{
 				IPAddress:      ActionKeep,

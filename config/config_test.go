@@ -850,3 +850,23 @@ func TestUnsupportedObjectStores(t *testing.T) {
 	_, err := Load("testdata/good/minimal.yaml", append(env, "SURVEYSYNC_FILES__AZBLOB__ACCOUNT_KEY=k"), nil)
 	check("env", err, "files.azblob in environment variable SURVEYSYNC_FILES__AZBLOB__ACCOUNT_KEY")
 }
+
+func TestSurveysExclude(t *testing.T) {
+	base := []string{"SURVEYSYNC_API__TOKEN=t", "SURVEYSYNC_API__BASE_URL=https://api.example.com/v1", "SURVEYSYNC_API__USER_AGENT=acme (data@acme.example)", "SURVEYSYNC_SURVEYS=1,2"}
+	c, err := Load("", append(base, "SURVEYSYNC_SURVEYS_EXCLUDE=7,8"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.SurveysExclude) != 2 || c.SurveysExclude[1] != 8 {
+		t.Fatalf("surveys_exclude = %v", c.SurveysExclude)
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"SURVEYSYNC_SURVEYS_EXCLUDE=0", "surveys_exclude[0] must be a positive survey id (got 0)"},
+		{"SURVEYSYNC_SURVEYS_EXCLUDE=7,2", "surveys_exclude[1] survey 2 is in surveys too"},
+		{"SURVEYSYNC_SURVEYS_EXCLUDE=7,7", "surveys_exclude[1] repeats survey 7"},
+	} {
+		if _, err := Load("", append(base, tc.env), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	_ "time/tzdata" // send windows name IANA zones; do not depend on the host's tzdata
+
+	"github.com/surveysync/surveysync/wide"
 )
 
 // problem is one validation finding: a key path and what is wrong with it.
@@ -114,6 +116,19 @@ func (c *Config) validateAPI(p *problems) {
 			p.add(fmt.Sprintf("surveys[%d]", i), "repeats survey %d", id)
 		}
 		seen[id] = true
+	}
+	excluded := map[int64]bool{}
+	for i, id := range c.SurveysExclude {
+		key := fmt.Sprintf("surveys_exclude[%d]", i)
+		switch {
+		case id <= 0:
+			p.add(key, "must be a positive survey id (got %d)", id)
+		case seen[id]:
+			p.add(key, "survey %d is in surveys too: remove it from one of the two", id)
+		case excluded[id]:
+			p.add(key, "repeats survey %d", id)
+		}
+		excluded[id] = true
 	}
 }
 
@@ -352,6 +367,19 @@ func (c *Config) validateMisc(p *problems) {
 	}
 	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
 		p.add("log.format", "must be text or json (got %q)", c.Log.Format)
+	}
+	seen := map[string]string{}
+	for k, name := range c.Wide.Names {
+		if _, err := strconv.ParseInt(k, 10, 64); err != nil {
+			p.add("wide.names."+k, "must be keyed by a survey id (got %q)", k)
+		}
+		if err := wide.CheckViewName(name); err != nil {
+			p.add("wide.names."+k, "%v", err)
+		}
+		if other, ok := seen[name]; ok {
+			p.add("wide.names."+k, "%q is already survey %s's view name", name, other)
+		}
+		seen[name] = k
 	}
 	e := &c.Demo.Emulator
 	if e.Enabled {

@@ -99,6 +99,7 @@ func ClickHouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Regi
 		ZooKeeperPrefix: cfg.ClickHouse.ZooKeeperPrefix,
 		DDLTimeout:      cfg.ClickHouse.DDLTimeout,
 		InsertQuorum:    cfg.ClickHouse.InsertQuorum,
+		Wide:            clickhouse.WideOptions{ChoiceIDs: cfg.Wide.ChoiceIDs, Names: cfg.Wide.ViewNames()},
 		Logger:          log.With("component", "clickhouse"),
 		Registerer:      reg,
 	}

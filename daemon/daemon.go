@@ -2,8 +2,9 @@
 // into components (components.go: the log, the API client, the warehouse,
 // the webhook receiver; feeds.go, blob.go, privacy.go, ha.go), wires them
 // to one another (assemble), and holds the policy between them: what a
-// webhook event means (webhooks.go), which surveys are polled (polling.go)
-// and the surveys table (surveys.go), what only the HA leader runs
+// webhook event means (webhooks.go), which surveys are polled (polling.go,
+// exclude.go, reload.go) and the surveys table (surveys.go), resync on
+// demand (resync.go), what only the HA leader runs
 // (ha.go), and the metrics listener with its health and status endpoints
 // (metrics.go). Doctor (doctor.go) checks what Run needs; remote.go is the
 // client side of a running daemon's listener, for surveysync status.
@@ -55,6 +56,9 @@ type Options struct {
 	// database is live (run --force; guard.go). The Parquet folder's lock
 	// cannot be forced: its holder is alive by definition.
 	Force bool
+	// Reload reads the configuration again (the same file, environment
+	// and flags) at a SIGHUP (reload.go); nil: SIGHUP is not handled.
+	Reload func() (*config.Config, error)
 }
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
@@ -145,6 +149,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	d.health = h
 	if mux != nil {
 		serveHAStatus(mux, d.elector)
+		d.serveResync(mux)
 	}
 	if !o.ExitWhenSynced {
 		svc.Go(func() error { waitAPI(intakeCtx, cfg, h.start, log); return nil })
@@ -186,19 +191,21 @@ func newRegistry(version string) *prometheus.Registry {
 }
 
 // parts are the daemon's components, wired to one warehouse. The optional
-// ones (copier, rx, feeds) are nil when not configured.
+// ones (copier, rx) are nil when not configured; feeds idles without feeds.
 type parts struct {
 	pipe    *pipeline.Pipeline
 	poller  *poll.Poller
 	book    *surveyBook
 	copier  *blob.Copier
 	rx      *webhookrx.Receiver
-	feeds   *feed.Runner
+	feeds   *feedSlot // the feed runner, replaced at a reload
 	health  *health
 	elector *ha.Elector  // nil without ha: this daemon leads
 	access  *accessWatch // the poller's lister: which surveys answer 403
 	log     *slog.Logger
+	cfg     *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
 	surveys []int64
+	exclude *excludeList
 	where   string
 	close   func() error // closes the files store
 }
@@ -213,7 +220,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if err != nil {
 		return nil, err
 	}
-	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, close: func() error { return nil }}
+	d = &parts{health: &health{client: client, sink: wh}, where: wh.String(), log: log, cfg: cfg, close: func() error { return nil }}
 	built := d // an error return sets d to nil
 	defer func() {
 		if err != nil {
@@ -233,58 +240,34 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
 		return nil, err
 	}
-	d.pipe = pipeline.New(pipeline.Options{
-		OnResponse:       d.onResponse,
-		FetchConcurrency: cfg.Sync.FetchConcurrency,
-		MaxRows:          cfg.Sync.Batch.MaxRows,
-		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
-		MaxDelay:         cfg.Sync.Batch.MaxDelay,
-		Rejects:          wh,
-		Logger:           log.With("component", "pipeline"),
-		Registerer:       reg,
-	}, policy.Fetcher(client), wh)
+	d.pipe = newPipeline(cfg, d.onResponse, policy.Fetcher(client), wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
 	d.access = newAccessWatch(client)
 	d.health.access = func() error { return tokenState(nil, d.access) }
 	if err := registerTokenGauge(reg, client, d.access); err != nil {
 		return nil, err
 	}
+	d.exclude = newExcludeList(cfg.SurveysExclude, log.With("component", "webhooks"), reg)
 	d.surveys = pollingSet(cfg, d.book)
-	d.poller = poll.New(poll.Options{
-		Surveys:               d.surveys,
-		Ended:                 d.book.ended(),
-		Webhooks:              cfg.Webhooks.Enabled,
-		MonthlyBudget:         cfg.API.MonthlyBudget,
-		CallCount:             func() int64 { return client.Stats().Total },
-		Statuses:              cfg.Sync.Statuses,
-		PollInterval:          cfg.Sync.PollInterval,
-		Overlap:               cfg.Sync.Overlap,
-		SettleLag:             cfg.Sync.SettleLag,
-		PartialLookback:       cfg.Sync.PartialLookback,
-		PartialRescanInterval: cfg.Sync.PartialRescan,
-		ReconcileInterval:     reconcileInterval(cfg.Sync.ReconcileInterval),
-		BackfillFrom:          cfg.Sync.BackfillFrom,
-		Unreadable:            surveyUnreadable,
-		Logger:                log.With("component", "poll"),
-		Registerer:            reg,
-	}, d.access, d.pipe, wh, wh.Inventory())
+	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.access, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now}, log, reg); err != nil {
+		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}
-	if len(cfg.Feeds) > 0 {
-		for i, f := range cfg.Feeds {
-			if f.Type == config.FeedCSVDir {
-				if err := feed.CheckDir(f.CSVDir.Dir); err != nil {
-					return nil, fmt.Errorf("feed %s (feeds[%d]): %w", f.Name, i, err)
-				}
-			}
+	d.feeds = newFeedSlot(func(cfg *config.Config, reg prometheus.Registerer) (*feed.Runner, error) {
+		if err := checkFeedDirs(cfg); err != nil {
+			return nil, err
 		}
-		if d.feeds, err = NewFeedRunner(cfg, client, wh, d.leading, log, reg); err != nil {
+		r, err := NewFeedRunner(cfg, client, wh, d.leading, log, reg)
+		if err != nil {
 			return nil, fmt.Errorf("feeds: %w", err)
 		}
+		return r, nil
+	}, reg, log)
+	if err := d.feeds.set(cfg); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -333,6 +316,9 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 	intake.Go(func() error { return d.runLeaderWork(ctx) })
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
+	}
+	if o.Reload != nil {
+		intake.Go(func() error { d.watchReload(ctx, o.Reload); return nil })
 	}
 	if o.ExitWhenSynced {
 		intake.Go(func() error { return watchToken(ctx, d.health.client) })

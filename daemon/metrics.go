@@ -22,6 +22,7 @@ import (
 )
 
 // The metrics listener: /metrics, /healthz, /readyz, /status/sink,
+// POST /admin/resync (resync.go),
 // /status/ha and, with metrics.pprof, /debug/pprof/ (remote.go is its
 // client side).
 

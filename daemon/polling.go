@@ -15,9 +15,12 @@ import (
 // knows and has not seen end, and what makes a survey unreadable.
 
 // pollingSet is the configured surveys plus those learned earlier (from
-// webhooks or synced responses) that have not ended.
+// webhooks or synced responses) that have not ended, less surveys_exclude.
 func pollingSet(cfg *config.Config, book *surveyBook) []int64 {
 	seen := map[int64]bool{}
+	for _, id := range cfg.SurveysExclude {
+		seen[id] = true
+	}
 	var out []int64
 	for _, id := range append(append([]int64(nil), cfg.Surveys...), book.active()...) {
 		if !seen[id] {

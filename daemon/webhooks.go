@@ -41,6 +41,7 @@ type webhookProcessor struct {
 	api     surveyLister
 	inv     warehouse.Inventory // nil without one (Parquet)
 	now     func() time.Time
+	exclude *excludeList // nil: none
 }
 
 // final marks the errors asking again cannot fix as permanent for the
@@ -56,6 +57,9 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 	e := ev.Parsed
 	if e.SurveyID <= 0 {
 		return permanent.Errorf("bad_event", "event %s (%s) has no survey_id", ev.ID, ev.Name)
+	}
+	if w.exclude != nil && w.exclude.drop(e.SurveyID, ev.Kind(), ev.ID) {
+		return nil // acknowledged: the service need not send it again
 	}
 	switch ev.Kind() {
 	case webhookrx.KindResponseReceived:

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/pipeline"
@@ -134,6 +136,12 @@ func (r *recordingPoller) addedSurveys() []int64 {
 // Parquet sink and the API client against the stub, as the daemon does.
 func startWebhooks(t *testing.T, apiURL string, inv ...warehouse.Inventory) *webhookEnv {
 	t.Helper()
+	return startWebhooksExcluding(t, apiURL, nil, inv...)
+}
+
+// startWebhooksExcluding is startWebhooks with surveys_exclude.
+func startWebhooksExcluding(t *testing.T, apiURL string, exclude *excludeList, inv ...warehouse.Inventory) *webhookEnv {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := surveyapi.New(surveyapi.Options{BaseURL: apiURL + "/v1", Token: "test-token", UserAgent: "surveysync-test (test@example.cz)",
 		RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond, MaxConcurrency: 32})
@@ -157,7 +165,7 @@ func startWebhooks(t *testing.T, apiURL string, inv ...warehouse.Inventory) *web
 	elog := &memEventLog{}
 	rx, err := webhookrx.New(webhookrx.Options{Listen: "127.0.0.1:0", Path: "/hooks/0123456789abcdef", SpoolDir: t.TempDir(),
 		ProcessConcurrency: 16, LogInterval: 10 * time.Millisecond, Logger: quiet},
-		&webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: firstInv(inv), now: time.Now}, elog)
+		&webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: firstInv(inv), now: time.Now, exclude: exclude}, elog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,4 +362,41 @@ func TestWebhook404DeletesOnlyKnownResponses(t *testing.T) {
 	if len(written) == 0 {
 		t.Fatal("the deletion of a known response was not written")
 	}
+}
+
+// Events of a survey in surveys_exclude are acknowledged and dropped: no
+// API call, no polling, no row, counted in the metric; the others go on.
+func TestExcludedSurveyEventsAreDropped(t *testing.T) {
+	api, calls := stubAPI(t)
+	reg := prometheus.NewRegistry()
+	x := newExcludeList([]int64{readableSurvey}, slog.New(slog.DiscardHandler), reg)
+	e := startWebhooksExcluding(t, api.URL, x)
+	e.post(t, fmt.Sprintf(`{"event_name": "survey_launched", "survey_id": %d, "launched_at": "2022-08-21T10:30:00Z"}`, readableSurvey))
+	for i := range 3 {
+		e.post(t, responseEvent(readableSurvey, i, "0000"))
+	}
+	waitUntil(t, "the events", 10*time.Second, func() bool { return len(e.log.all()) == 4 })
+	for _, le := range e.log.all() {
+		if le.Outcome != webhookrx.OutcomeProcessed {
+			t.Errorf("an excluded survey's event ended as %+v: want acknowledged", le)
+		}
+	}
+	if got := e.poller.addedSurveys(); len(got) != 0 {
+		t.Errorf("excluded survey added to polling: %v", got)
+	}
+	if len(e.book.active()) != 0 {
+		t.Errorf("excluded survey in the surveys table: %v", e.book.active())
+	}
+	n := 0
+	calls.Range(func(_, _ any) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("%d API paths called for an excluded survey", n)
+	}
+	if v := testutil.ToFloat64(x.dropped.WithLabelValues(webhookrx.KindResponseReceived)); v != 3 {
+		t.Errorf("surveysync_webhook_events_excluded_total{event=response_received} = %v, want 3", v)
+	}
+	// A reload that takes it out of the list lets its events in again.
+	x.set(nil)
+	e.post(t, fmt.Sprintf(`{"event_name": "survey_launched", "survey_id": %d, "launched_at": "2022-08-22T10:30:00Z"}`, readableSurvey))
+	waitUntil(t, "the survey added", 10*time.Second, func() bool { return len(e.poller.addedSurveys()) == 1 })
 }

@@ -333,7 +333,9 @@ func TestLiveDaemon(t *testing.T) {
 	cfg, hookURL := writeDaemonConfig(t, dir, setup)
 	d := startProc(t, "surveysync", exec.Command(bin, "run", "--config", cfg))
 	base := "http://" + setup.metricsListen
-	waitFor(t, "/healthz", 30*time.Second, d, func() bool { code, _, _ := httpGet(base + "/healthz"); return code == 200 })
+	// /readyz, not /healthz: the webhook receiver listens a moment after
+	// the metrics listener answers (readiness waits for it).
+	waitFor(t, "/readyz", 30*time.Second, d, func() bool { code, _, _ := httpGet(base + "/readyz"); return code == 200 })
 
 	// A webhook sent twice with one id: accepted, then a duplicate.
 	ev := `{"event_name":"survey_launched","survey_id":4574,"launched_at":"` + time.Now().UTC().Format(time.RFC3339) + `"}`

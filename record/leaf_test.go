@@ -30,3 +30,21 @@ func TestLeaf(t *testing.T) {
 		}
 	}
 }
+
+// TestSourcesImportNoSink keeps the rooms apart: no package under source/
+// (nor the emulator, nor the API's resource types) links a package under
+// sink/; what they share with the warehouse is in record and survey.
+func TestSourcesImportNoSink(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../source/...", "../sim", "../survey").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "github.com/surveysync/surveysync/sink/") {
+			t.Errorf("a source links %s", p)
+		}
+	}
+}

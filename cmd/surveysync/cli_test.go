@@ -3,13 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/sink/parquet"
 )
 
 func cli(t *testing.T, args ...string) (int, string, string) {
@@ -107,12 +115,76 @@ func TestExportFlags(t *testing.T) {
 		{[]string{"export", "--survey", "1", "--format", "xlsx"}, exitUsage, "want csv or parquet"},
 		{[]string{"export"}, exitUsage, "--survey ID is required"},
 		{[]string{"export", "--survey", "1", "--since", "yesterday"}, exitUsage, "--since"},
-		{[]string{"export", "--survey", "1", "--parquet-dir", t.TempDir()}, exitConfig, "clickhouse.addr is empty"},
+		{[]string{"export", "--survey", "1", "--parquet-dir", t.TempDir()}, exitFail, "no responses of survey 1 under"},
 	} {
 		code, _, errOut := cli(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.msg) {
 			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
 		}
+	}
+}
+
+func TestResyncFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"resync"}, exitUsage, "--survey ID is required"},
+		{[]string{"resync", "--survey", "1", "--from", "2024-13-01"}, exitUsage, "want 2006-01-02"},
+		{[]string{"resync", "--survey", "1", "--to", "soon"}, exitUsage, "--to"},
+		{[]string{"resync", "--survey", "1", "--metrics-listen", ""}, exitFail, "the demo's emulator lives inside a running daemon"},
+	} {
+		code, _, errOut := cli(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.msg) {
+			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
+		}
+	}
+}
+
+// export without ClickHouse reads the Parquet sink's files: every current
+// response once, with the BOM, and a Parquet file of the same rows.
+func TestExportFromParquetSink(t *testing.T) {
+	dir := t.TempDir()
+	ps, err := parquet.Open(parquet.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	em, err := sim.New(sim.Options{Surveys: []sim.SurveySpec{{ID: 4574, Responses: 25, Seed: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer em.Close()
+	ids := []int64{4574}
+	b := flatten.NewBuilder(memory.NewGoAllocator())
+	defer b.Release()
+	v := uint64(1)
+	for r := range em.Responses(ids[0]) {
+		v++
+		if err := b.Add(flatten.Item{Response: &r, SurveyID: ids[0], ResponseID: r.ResponseID, Version: v, SyncedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := b.Flush()
+	defer batch.Release()
+	if err := ps.Write(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	ps.Close()
+	out := filepath.Join(t.TempDir(), "out.csv")
+	survey := strconv.FormatInt(ids[0], 10)
+	code, _, errOut := cli(t, "export", "--survey", survey, "--parquet-dir", dir, "--bom", "-o", out)
+	data := readFile(t, out)
+	if code != exitOK || !strings.HasPrefix(data, "\ufeffresponse_id,") || !strings.Contains(errOut, "exported 25 responses") {
+		t.Fatalf("export: exit %d, %q, file starts %q", code, errOut, data[:min(len(data), 40)])
+	}
+	recs, err := csv.NewReader(strings.NewReader(strings.TrimPrefix(data, "\ufeff"))).ReadAll()
+	if err != nil || len(recs) != 26 {
+		t.Errorf("CSV: %d records (%v), want 26", len(recs), err)
+	}
+	code, _, errOut = cli(t, "export", "--survey", survey, "--parquet-dir", dir, "--format", "parquet", "-o", out+".parquet")
+	if code != exitOK || !strings.HasPrefix(readFile(t, out+".parquet"), "PAR1") || !strings.Contains(errOut, "exported 25 responses") {
+		t.Errorf("export --format parquet: exit %d, %q", code, errOut)
 	}
 }
 

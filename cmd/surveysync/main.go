@@ -50,7 +50,8 @@ Usage:
   surveysync feed uncertain NAME             rows whose push outcome is unknown after a crash
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
-  surveysync export --survey ID [--output FILE] [--since TIME] [--bom]   a survey's wide view as CSV or Parquet (ClickHouse)
+  surveysync resync --survey ID [--from DATE] [--to DATE]   read a survey's responses of a range again and write them as new versions
+  surveysync export --survey ID [--output FILE] [--since TIME] [--bom] [--table T]   a survey's wide view (or long table) as CSV or Parquet (from ClickHouse, else the Parquet files)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -82,6 +83,9 @@ type command struct {
 	// noAPI: the command never calls the survey service, so it needs
 	// neither api.token nor api.user_agent (config.WithoutAPI).
 	noAPI bool
+	// reload, when set, receives a function that loads the configuration
+	// again from the same file, environment and flags (run's SIGHUP).
+	reload *func() (*config.Config, error)
 }
 
 // Flags that matter to commands that only read the sink's state.
@@ -126,7 +130,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "run":
 		var fl runFlags
-		cfg, _, code := load(command{name: "run", about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
+		var reload func() (*config.Config, error)
+		cfg, _, code := load(command{name: "run", reload: &reload, about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.BoolVar(&fl.exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill); exits 1 if a survey cannot be read, or at once if the warehouse or the service does not answer")
 				fs.BoolVar(&fl.force, "force", false, "start although another daemon's lease on the ClickHouse database is live (you know it is gone; docs/operations.md)")
@@ -134,6 +139,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if cfg == nil {
 			return code
 		}
+		fl.reload = reload
 		return runDaemon(ctx, cfg, fl, stdout, stderr)
 	case "doctor":
 		cfg, _, code := load(command{name: "doctor", about: "Check what run needs: the API token, every survey id, the sink, the object store, every listener, every feed source. Exits 1 if a check fails."},
@@ -179,18 +185,32 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "export":
 		var f exportFlags
 		cfg, _, code := load(command{name: "export", configFlags: sinkFlags,
-			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
+			about: "Write a survey's wide view (one row per current response, one column per question; docs/schema.md) as CSV or Parquet, streamed: memory does not grow with the survey. From ClickHouse's view survey_<id>, or with no clickhouse.addr from the Parquet sink's files (--parquet-dir). CSV: arrays as JSON, NULL empty, times UTC; Parquet: typed columns, arrays as lists.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
 				fs.StringVar(&f.format, "format", "csv", "csv or parquet")
 				fs.StringVarP(&f.output, "output", "o", "", "the file to write (default: standard output)")
 				fs.StringVar(&f.since, "since", "", "only responses read from the service at or after this time (2006-01-02 or RFC 3339): an increment")
 				fs.BoolVar(&f.bom, "bom", false, "start with a UTF-8 byte order mark (for Excel)")
+				fs.StringVar(&f.table, "table", "wide", "wide (one row per response), or a long table: responses, answers")
 			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
 		return export(ctx, cfg, f, stdout, stderr)
+	case "resync":
+		var f resyncFlags
+		cfg, _, code := load(command{name: "resync",
+			about: "Read a survey's responses completed (partial ones: started) in [--from, --to) again and write each as a new version (the *_current views then show the service's answer). A running daemon (answering on metrics.listen) queues the job; otherwise this process runs it and exits. The job is saved first: interrupted, the next run or resync finishes it.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64Var(&f.survey, "survey", 0, "the survey id (required)")
+				fs.StringVar(&f.from, "from", "", "the range's start, 2006-01-02 (UTC) or RFC 3339 (default: sync.backfill_from)")
+				fs.StringVar(&f.to, "to", "", "the range's end, excluded (default: now)")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return resync(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,
@@ -313,6 +333,12 @@ func load(c command, args []string, stdout, stderr io.Writer) (*config.Config, [
 	if err != nil {
 		fmt.Fprintf(stderr, "surveysync: configuration is not valid:\n%v\n", err)
 		return nil, nil, exitConfig
+	}
+	if c.reload != nil {
+		*c.reload = func() (*config.Config, error) {
+			cfg, _, err := config.LoadWarnings(*path, os.Environ(), fs, opts...)
+			return cfg, err
+		}
 	}
 	return cfg, pos, exitOK
 }

@@ -14,6 +14,7 @@ import (
 type runFlags struct {
 	exitWhenSynced bool
 	force          bool // start despite another daemon's live lease
+	reload         func() (*config.Config, error) // SIGHUP: the configuration again
 }
 
 // runDaemon is surveysync run: the daemon (package daemon) until SIGTERM,
@@ -25,6 +26,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, std
 		Version:        readBuildInfo().Version,
 		ExitWhenSynced: fl.exitWhenSynced,
 		Force:          fl.force,
+		Reload:         fl.reload,
 		OnSynced: func(n int64, where string) {
 			fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, where)
 			printWhereToLook(stdout, cfg)

@@ -290,6 +290,12 @@ func printStates(w io.Writer, states []pipeline.StreamState, o statusOptions) {
 			}
 		}
 		lag := lagText(s, o)
+		if poll.IsResync(s.Stream) { // a resync job (docs/operations.md): its range's end is no lag
+			lag = "resync pending"
+			if set(s.LastRunAt) {
+				lag = "resync done"
+			}
+		}
 		if strings.HasPrefix(s.LastError, poll.NotBelieved) {
 			lag = distrustMark + ", " + lag
 			distrusted++

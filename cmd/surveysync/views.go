@@ -62,9 +62,9 @@ func views(ctx context.Context, cfg *config.Config, f viewsFlags, stdout, stderr
 			}
 		}
 	} else {
-		fmt.Fprintln(tw, "SURVEY\tVIEW\tQUESTION COLUMNS")
+		fmt.Fprintln(tw, "SURVEY\tVIEW\tQUESTION COLUMNS\tALSO NAMED")
 		for _, v := range vs {
-			fmt.Fprintf(tw, "%d\t%s\t%d\n", v.SurveyID, v.View, len(v.Columns))
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", v.SurveyID, v.View, len(v.Columns), v.Alias)
 		}
 	}
 	tw.Flush()

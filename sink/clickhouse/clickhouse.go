@@ -66,6 +66,8 @@ type Options struct {
 	Secure bool
 	// DialTimeout bounds connecting (default 10s).
 	DialTimeout time.Duration
+	// Wide chooses extras of the wide views (docs/schema.md, "Wide tables").
+	Wide WideOptions
 	// Logger receives operational messages (default: discarded).
 	Logger *slog.Logger
 	// Registerer receives the sink's metrics (default: a private registry).
@@ -139,7 +141,7 @@ func (o *Options) validate() error {
 	if !zkPathRE.MatchString(o.ZooKeeperPrefix) {
 		return fmt.Errorf("clickhouse: options: zookeeper_prefix %q: must be an absolute path matching %s", o.ZooKeeperPrefix, zkPathRE)
 	}
-	return nil
+	return o.Wide.check()
 }
 
 // Sink is the ClickHouse warehouse: pipeline.Sink (Write), pipeline.StateStore

@@ -1,25 +1,15 @@
 package clickhouse
 
 import (
-	"bufio"
 	"context"
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"reflect"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	"github.com/google/uuid"
+
+	"github.com/surveysync/surveysync/wide"
 )
 
 // ExportOptions choose what ExportWideCSV writes.
@@ -34,89 +24,109 @@ type ExportOptions struct {
 }
 
 // ExportWideCSV writes survey surveyID's wide view (docs/schema.md, "Wide
-// tables") to w as CSV: a header of the view's column names, then one
-// record per current response, streamed block by block as ClickHouse sends
-// them (memory does not grow with the survey). Values: text as is; numbers
-// in decimal; NULL as an empty field; times as 2006-01-02 15:04:05 (UTC);
-// arrays (multiple choice, matrix rows with several answers, file ids, URL
-// parameters) as JSON arrays of strings. It returns the number of records.
+// tables") to w as CSV (wide.NewCSV): a header of the view's column names,
+// then one record per current response, streamed block by block as
+// ClickHouse sends them (memory does not grow with the survey). It returns
+// the number of records.
 func (s *Sink) ExportWideCSV(ctx context.Context, w io.Writer, surveyID int64, o ExportOptions) (int, error) {
+	return s.exportWide(ctx, surveyID, o, func(fields []wide.Field) (wide.Writer, error) {
+		return wide.NewCSV(w, fields, o.BOM)
+	})
+}
+
+// ExportWideParquet writes survey surveyID's wide view to w as one Parquet
+// file (wide.NewParquet: Snappy, row groups of wide.RowGroup rows, typed
+// columns), streamed: memory does not grow with the survey. It returns the
+// number of rows.
+func (s *Sink) ExportWideParquet(ctx context.Context, w io.Writer, surveyID int64, o ExportOptions) (int, error) {
+	return s.exportWide(ctx, surveyID, o, func(fields []wide.Field) (wide.Writer, error) {
+		return wide.NewParquet(w, fields)
+	})
+}
+
+// ExportTable writes survey surveyID's rows of a long table, "responses"
+// (responses_current) or "answers" (answers_current: the answers of the
+// current versions), to the writer open returns for the table's fields,
+// streamed; Since keeps the responses read at or after it (and their
+// answers). It returns the number of rows.
+func (s *Sink) ExportTable(ctx context.Context, table string, surveyID int64, o ExportOptions,
+	open func([]wide.Field) (wide.Writer, error)) (int, error) {
+	var query string
+	args := []any{surveyID}
+	switch table {
+	case "responses":
+		query = "SELECT * FROM " + s.table("responses_current") + " WHERE survey_id = ?"
+		if !o.Since.IsZero() {
+			query += " AND synced_at >= ?"
+			args = append(args, o.Since.UTC().Truncate(time.Second))
+		}
+	case "answers":
+		query = "SELECT * FROM " + s.table("answers_current") + " WHERE survey_id = ?"
+		if !o.Since.IsZero() {
+			query += " AND response_id IN (SELECT response_id FROM " + s.table("responses_current") +
+				" WHERE survey_id = ? AND synced_at >= ?)"
+			args = append(args, surveyID, o.Since.UTC().Truncate(time.Second))
+		}
+	default:
+		return 0, fmt.Errorf("clickhouse: export survey %d: table %q: want responses or answers", surveyID, table)
+	}
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse: export %s of survey %d: %w", table, surveyID, err)
+	}
+	return exportRows(rows, surveyID, open)
+}
+
+func (s *Sink) exportWide(ctx context.Context, surveyID int64, o ExportOptions,
+	open func([]wide.Field) (wide.Writer, error)) (int, error) {
 	rows, err := s.wideRows(ctx, surveyID, o)
 	if err != nil {
 		return 0, err
 	}
+	return exportRows(rows, surveyID, open)
+}
+
+// exportRows writes rows to the writer open returns, and closes rows.
+func exportRows(rows driver.Rows, surveyID int64, open func([]wide.Field) (wide.Writer, error)) (int, error) {
 	defer rows.Close()
-	bw := bufio.NewWriterSize(w, 64<<10)
-	if o.BOM {
-		if _, err := bw.WriteString("\ufeff"); err != nil {
-			return 0, err
-		}
-	}
-	cw := csv.NewWriter(bw)
 	types := rows.ColumnTypes()
-	header := make([]string, len(types))
+	fields := make([]wide.Field, len(types))
 	vals := make([]any, len(types))
+	row := make([]any, len(types))
 	for i, ct := range types {
-		header[i] = ct.Name()
+		fields[i] = wide.Field{Name: ct.Name(), Type: ct.DatabaseTypeName()}
 		vals[i] = reflect.New(ct.ScanType()).Interface()
 	}
-	if err := cw.Write(header); err != nil {
-		return 0, err
+	fail := func(n int, err error) (int, error) {
+		return n, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
 	}
-	rec := make([]string, len(types))
+	ww, err := open(fields)
+	if err != nil {
+		return fail(0, err)
+	}
 	n := 0
 	for rows.Next() {
 		if err := rows.Scan(vals...); err != nil {
-			return n, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
+			ww.Close()
+			return fail(n, err)
 		}
 		for i, v := range vals {
-			rec[i] = csvValue(reflect.ValueOf(v).Elem())
+			row[i] = reflect.ValueOf(v).Elem().Interface()
 		}
-		if err := cw.Write(rec); err != nil {
-			return n, err
+		if err := ww.Write(row); err != nil {
+			ww.Close()
+			return fail(n, err)
 		}
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
+		ww.Close()
+		return fail(n, err)
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return n, err
+	if err := ww.Close(); err != nil {
+		return fail(n, err)
 	}
-	return n, bw.Flush()
-}
-
-// csvValue formats one scanned value for CSV.
-func csvValue(v reflect.Value) string {
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return ""
-		}
-		v = v.Elem()
-	}
-	switch x := v.Interface().(type) {
-	case string:
-		return x
-	case time.Time:
-		return x.UTC().Format(time.DateTime)
-	case uuid.UUID:
-		return x.String()
-	case int64:
-		return strconv.FormatInt(x, 10)
-	case uint64:
-		return strconv.FormatUint(x, 10)
-	case []string:
-		if len(x) == 0 {
-			return "[]"
-		}
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(x)
-		return strings.TrimSuffix(b.String(), "\n")
-	}
-	return fmt.Sprint(v.Interface())
+	return n, nil
 }
 
 // wideRows queries survey surveyID's wide view for an export.
@@ -132,124 +142,4 @@ func (s *Sink) wideRows(ctx context.Context, surveyID int64, o ExportOptions) (d
 		return nil, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
 	}
 	return rows, nil
-}
-
-// exportRowGroup is the number of rows per Parquet row group (and Arrow
-// record) an export builds before writing it.
-const exportRowGroup = 16384
-
-// arrowType is the Arrow type of a wide view's column in a Parquet export.
-func arrowType(chType string) (arrow.DataType, bool) {
-	nullable := strings.HasPrefix(chType, "Nullable(")
-	base := strings.TrimSuffix(strings.TrimPrefix(chType, "Nullable("), ")")
-	if !nullable {
-		base = chType
-	}
-	switch {
-	case base == "Int64":
-		return arrow.PrimitiveTypes.Int64, nullable
-	case base == "UInt64":
-		return arrow.PrimitiveTypes.Uint64, nullable
-	case strings.HasPrefix(base, "DateTime"):
-		return &arrow.TimestampType{Unit: arrow.Second, TimeZone: "UTC"}, nullable
-	case base == "Array(String)":
-		return arrow.ListOf(arrow.BinaryTypes.String), false
-	}
-	return arrow.BinaryTypes.String, nullable // String, UUID, anything else as text
-}
-
-// ExportWideParquet writes survey surveyID's wide view to w as one Parquet
-// file (Snappy), streamed: rows are turned into Arrow records of
-// exportRowGroup rows, each written as a row group, so memory does not grow
-// with the survey. Types: String and UUID as strings, Int64 and Nullable
-// as (nullable) int64, times as UTC timestamps in seconds, arrays as lists
-// of strings. It returns the number of rows.
-func (s *Sink) ExportWideParquet(ctx context.Context, w io.Writer, surveyID int64, o ExportOptions) (int, error) {
-	rows, err := s.wideRows(ctx, surveyID, o)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	types := rows.ColumnTypes()
-	fields := make([]arrow.Field, len(types))
-	vals := make([]any, len(types))
-	for i, ct := range types {
-		t, nullable := arrowType(ct.DatabaseTypeName())
-		fields[i] = arrow.Field{Name: ct.Name(), Type: t, Nullable: nullable}
-		vals[i] = reflect.New(ct.ScanType()).Interface()
-	}
-	schema := arrow.NewSchema(fields, nil)
-	mem := memory.NewGoAllocator()
-	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithAllocator(mem),
-		parquet.WithCreatedBy("surveysync"))
-	pw, err := pqarrow.NewFileWriter(schema, w, props, pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
-	if err != nil {
-		return 0, err
-	}
-	rb := array.NewRecordBuilder(mem, schema)
-	defer rb.Release()
-	n, pending := 0, 0
-	flush := func() error {
-		if pending == 0 {
-			return nil
-		}
-		rec := rb.NewRecordBatch()
-		defer rec.Release()
-		pending = 0
-		return pw.Write(rec)
-	}
-	fail := func(err error) (int, error) {
-		pw.Close()
-		return n, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
-	}
-	for rows.Next() {
-		if err := rows.Scan(vals...); err != nil {
-			return fail(err)
-		}
-		for i, v := range vals {
-			appendArrow(rb.Field(i), reflect.ValueOf(v).Elem())
-		}
-		n++
-		if pending++; pending == exportRowGroup {
-			if err := flush(); err != nil {
-				return n, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fail(err)
-	}
-	if err := flush(); err != nil {
-		return n, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
-	}
-	return n, pw.Close()
-}
-
-// appendArrow appends one scanned value to its column's builder.
-func appendArrow(b array.Builder, v reflect.Value) {
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			b.AppendNull()
-			return
-		}
-		v = v.Elem()
-	}
-	switch b := b.(type) {
-	case *array.Int64Builder:
-		b.Append(v.Int())
-	case *array.Uint64Builder:
-		b.Append(v.Uint())
-	case *array.TimestampBuilder:
-		b.Append(arrow.Timestamp(v.Interface().(time.Time).Unix()))
-	case *array.ListBuilder:
-		b.Append(true)
-		vb := b.ValueBuilder().(*array.StringBuilder)
-		for _, x := range v.Interface().([]string) {
-			vb.Append(x)
-		}
-	case *array.StringBuilder:
-		b.Append(csvValue(v))
-	default:
-		b.AppendNull()
-	}
 }

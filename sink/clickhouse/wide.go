@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"golang.org/x/text/unicode/norm"
+
+	"github.com/surveysync/surveysync/wide"
 )
 
 // Wide views (issue 21, docs/schema.md "Wide tables"): one view per survey,
@@ -27,218 +27,108 @@ import (
 // restart. Choices need nothing: a choice is a value (its label), not a
 // column.
 
-// Column kinds (wide_columns.column_kind) and the ClickHouse type each gives.
+// The column model and naming live in package wide (shared with the
+// Parquet sink's export); these names keep sink/clickhouse's API.
 const (
-	KindLabel  = "label"  // single choice, a matrix row with one answer: the chosen label
-	KindLabels = "labels" // multiple choice, a matrix row with several: the labels, in answer order
-	KindNumber = "number" // scale, NPS, number: the value
-	KindText   = "text"   // open text, URL parameter question
-	KindFiles  = "files"  // file upload: the file ids (uploaded_files.file_id as text)
-	KindOther  = "other"  // the "other" text of a choice question
-	KindValues = "values" // a question type surveysync does not know: every answer as text
+	KindLabel    = wide.KindLabel
+	KindLabels   = wide.KindLabels
+	KindNumber   = wide.KindNumber
+	KindText     = wide.KindText
+	KindFiles    = wide.KindFiles
+	KindOther    = wide.KindOther
+	KindValues   = wide.KindValues
+	KindChoiceID = wide.KindChoiceID
 )
 
-var kindTypes = map[string]string{
-	KindLabel:  "String",
-	KindLabels: "Array(String)",
-	KindNumber: "Nullable(Int64)",
-	KindText:   "String",
-	KindFiles:  "Array(String)",
-	KindOther:  "String",
-	KindValues: "Array(String)",
-}
-
-// questionKind maps the service's question type to a column kind; hasRows
-// tells whether its answers carry matrix rows (a column per row).
-func questionKind(qtype string, hasRows bool) string {
-	t := strings.ToLower(qtype)
-	switch {
-	case strings.Contains(t, "file") || strings.Contains(t, "upload"):
-		return KindFiles
-	case strings.Contains(t, "multi") || strings.Contains(t, "checkbox"):
-		return KindLabels
-	case t == "single" || strings.Contains(t, "single") || strings.Contains(t, "radio") ||
-		strings.Contains(t, "dropdown") || strings.Contains(t, "select"):
-		return KindLabel
-	case strings.Contains(t, "scale") || strings.Contains(t, "nps") || strings.Contains(t, "number") ||
-		strings.Contains(t, "numeric") || strings.Contains(t, "slider") || strings.Contains(t, "rating"):
-		return KindNumber
-	case strings.Contains(t, "essay") || strings.Contains(t, "text") || strings.Contains(t, "open") ||
-		strings.Contains(t, "url_parameter") || strings.Contains(t, "email"):
-		if hasRows {
-			return KindValues
-		}
-		return KindText
-	case strings.Contains(t, "matrix"):
-		return KindLabel
-	}
-	return KindValues
-}
-
 // WideColumn is one column of a wide view (a row of wide_columns).
-type WideColumn struct {
-	SurveyID   int64
-	QuestionID int64
-	RowID      int64  // the matrix row; 0 for a question without rows
-	Part       string // "" the answer, "other" the "other" text
-	Name       string // the column's name in the view
-	Kind       string
-	// Last seen:
-	QuestionType  string
-	Variable      string
-	Title         string
-	RowLabel      string
-	PageIndex     uint16
-	QuestionIndex uint16
-	FirstSeen     time.Time
+type WideColumn = wide.Column
+
+type wideKey = wide.Key
+
+// WideOptions choose the wide views' extras.
+type WideOptions struct {
+	// ChoiceIDs adds beside each label column (single choice, a matrix row
+	// with one answer) a column <name>_id: the chosen option's id (the
+	// matrix column's for a matrix row), NULL when unanswered.
+	ChoiceIDs bool
+	// Names gives surveys a second, friendly view name besides
+	// survey_<id>: the same view under that name, kept current alike.
+	Names map[int64]string
 }
 
-// Type is the column's ClickHouse type.
-func (c WideColumn) Type() string { return kindTypes[c.Kind] }
-
-type wideKey struct {
-	survey, question, row int64
-	part                  string
+func (o WideOptions) check() error {
+	seen := map[string]int64{}
+	for id, name := range o.Names {
+		if err := wide.CheckViewName(name); err != nil {
+			return fmt.Errorf("clickhouse: options: survey %d: %w", id, err)
+		}
+		if other, ok := seen[name]; ok {
+			return fmt.Errorf("clickhouse: options: surveys %d and %d both have wide view name %q", min(id, other), max(id, other), name)
+		}
+		seen[name] = id
+	}
+	return nil
 }
 
-func (c WideColumn) key() wideKey { return wideKey{c.SurveyID, c.QuestionID, c.RowID, c.Part} }
+// wideViewNames are survey id's view names: survey_<id>, then its friendly
+// name if it has one.
+func (s *Sink) wideViewNames(id int64) []string {
+	names := []string{WideViewName(id)}
+	if n := s.opts.Wide.Names[id]; n != "" {
+		names = append(names, n)
+	}
+	return names
+}
+
+// viewColumns are the columns of survey id's view: every recorded column,
+// without the choice-id ones unless they are asked for (a daemon that
+// recorded them once keeps them in wide_columns); the caller holds
+// s.wide.mu.
+func (s *Sink) viewColumns(id int64) []WideColumn {
+	if s.opts.Wide.ChoiceIDs {
+		return s.wide.cols[id]
+	}
+	var out []WideColumn
+	for _, c := range s.wide.cols[id] {
+		if c.Part != wide.PartID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// withChoiceIDs adds to fresh, when choice ids are asked for, the
+// choice-id column of every label column of survey id (recorded or in
+// fresh) that has none; the caller holds s.wide.mu.
+func (s *Sink) withChoiceIDs(id int64, fresh []WideColumn) []WideColumn {
+	if !s.opts.Wide.ChoiceIDs {
+		return fresh
+	}
+	have := map[wideKey]bool{}
+	for _, c := range fresh {
+		have[c.Key()] = true
+	}
+	var add []WideColumn
+	for _, list := range [][]WideColumn{s.wide.cols[id], fresh} {
+		for _, c := range list {
+			if c.Kind != KindLabel || c.Part != wide.PartAnswer {
+				continue
+			}
+			c.Part, c.Kind, c.Name = wide.PartID, KindChoiceID, ""
+			if _, ok := s.wide.known[c.Key()]; ok || have[c.Key()] {
+				continue
+			}
+			have[c.Key()] = true
+			add = append(add, c)
+		}
+	}
+	return append(fresh, add...)
+}
 
 // WideViewName is the name of survey id's wide view.
-func WideViewName(surveyID int64) string {
-	if surveyID < 0 {
-		return "survey_m" + strconv.FormatInt(-surveyID, 10)
-	}
-	return "survey_" + strconv.FormatInt(surveyID, 10)
-}
+func WideViewName(surveyID int64) string { return wide.ViewName(surveyID) }
 
-// wideResponseColumns are the response's columns, first in every wide view;
-// no question column takes their names.
-var wideResponseColumns = []string{
-	"response_id", "survey_id", "survey_name", "response_status", "date_created", "date_completed", "total_time",
-	"distribution_id", "contact_id", "contact_id_hash", "ip_address", "url_parameters.name", "url_parameters.value",
-	"synced_at", "_version",
-}
-
-// maxNameLen bounds a column name's length (before a suffix).
-const maxNameLen = 60
-
-// translit spells letters that do not decompose into ASCII plus accents.
-var translit = map[rune]string{
-	'ß': "ss", 'æ': "ae", 'Æ': "ae", 'ø': "o", 'Ø': "o", 'đ': "d", 'Đ': "d", 'ł': "l", 'Ł': "l",
-	'œ': "oe", 'Œ': "oe", 'þ': "th", 'ð': "d", 'ı': "i",
-}
-
-// sanitizeName makes a column name of s: ASCII lower case, digits and "_"
-// (Czech and other accented letters lose their accents: "Spokojenost s
-// úrovní" is spokojenost_s_urovni), no leading digit, at most maxNameLen
-// characters. "" when nothing is left.
-func sanitizeName(s string) string {
-	var b strings.Builder
-	under := false
-	for _, r := range norm.NFD.String(s) {
-		if unicode.Is(unicode.Mn, r) {
-			continue
-		}
-		var out string
-		switch {
-		case r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r)):
-			out = string(unicode.ToLower(r))
-		case translit[r] != "":
-			out = translit[r]
-		default:
-			if b.Len() > 0 {
-				under = true
-			}
-			continue
-		}
-		if under {
-			b.WriteByte('_')
-			under = false
-		}
-		b.WriteString(out)
-	}
-	name := b.String()
-	if name != "" && name[0] >= '0' && name[0] <= '9' {
-		name = "q_" + name
-	}
-	if len(name) > maxNameLen {
-		name = strings.TrimRight(name[:maxNameLen], "_")
-	}
-	return name
-}
-
-// baseName is the name c would like: from the variable (else "q<id>"), a
-// matrix row's label (else "r<row id>"), "_other" for the other text.
-func (c WideColumn) baseName() string {
-	base := sanitizeName(c.Variable)
-	if base == "" {
-		base = "q" + strconv.FormatInt(c.QuestionID, 10)
-	}
-	if c.RowID != 0 {
-		row := sanitizeName(c.RowLabel)
-		if row == "" {
-			row = "r" + strconv.FormatInt(c.RowID, 10)
-		}
-		base = sanitizeName(base + "_" + row)
-	}
-	if c.Part == "other" {
-		base += "_other"
-	}
-	return base
-}
-
-// assignNames names the columns of fresh (no Name yet) so that no two
-// columns of the survey share a name, keeping the names of taken. A name
-// already taken gets the question's (or matrix row's) id appended, then a
-// counter: which column keeps the plain name depends only on the order in
-// which surveysync first saw them, and never changes afterwards.
-func assignNames(taken []WideColumn, fresh []WideColumn) {
-	used := map[string]bool{}
-	for _, n := range wideResponseColumns {
-		used[n] = true
-	}
-	for _, c := range taken {
-		used[c.Name] = true
-	}
-	for i := range fresh {
-		c := &fresh[i]
-		name := c.baseName()
-		if used[name] {
-			id := c.QuestionID
-			if c.RowID != 0 {
-				id = c.RowID
-			}
-			name = fmt.Sprintf("%s_%d", name, id)
-		}
-		for k := 2; used[name]; k++ {
-			name = fmt.Sprintf("%s_%d_%d", c.baseName(), c.QuestionID, k)
-		}
-		used[name] = true
-		c.Name = name
-	}
-}
-
-// sortWideColumns orders columns as the questionnaire does: page, question,
-// then matrix rows and the "other" text after their question, in the order
-// first seen.
-func sortWideColumns(cols []WideColumn) {
-	sort.SliceStable(cols, func(i, j int) bool {
-		a, b := cols[i], cols[j]
-		if a.PageIndex != b.PageIndex {
-			return a.PageIndex < b.PageIndex
-		}
-		if a.QuestionIndex != b.QuestionIndex {
-			return a.QuestionIndex < b.QuestionIndex
-		}
-		if a.QuestionID != b.QuestionID {
-			return a.QuestionID < b.QuestionID
-		}
-		if a.Part != b.Part {
-			return a.Part < b.Part
-		}
-		return a.RowID < b.RowID
-	})
-}
+var wideResponseColumns = wide.ResponseColumns
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "\\`") + "`" }
 
@@ -251,9 +141,8 @@ const wideValues = "multiIf(choice_label != '', choice_label, column_label != ''
 	"isNotNull(value), toString(assumeNotNull(value)), '')"
 
 // Kind codes inside the view's query.
+// (kind < 8: a cell's position and kind travel as one number, pos * 8 + kind).
 var kindCodes = map[string]int{KindLabel: 1, KindText: 2, KindNumber: 3, KindLabels: 4, KindFiles: 5, KindValues: 6}
-
-func isArrayKind(k string) bool { return k == KindLabels || k == KindFiles || k == KindValues }
 
 // wideSelect is the query of survey's wide view over the tables of db
 // (public names: on a cluster the Distributed tables, so the view is the
@@ -295,6 +184,13 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 	// The columns are picked from the answers side's arrays after the join
 	// (picked before it, the join's table took over 4 GB for 100k responses
 	// × 75 columns on 18.16).
+	// A choice-id column reads the cells of its label column.
+	labelPos := map[wideKey]int{}
+	for i, c := range cols {
+		if c.Kind == KindLabel {
+			labelPos[wideKey{Question: c.QuestionID, Row: c.RowID}] = i + 1
+		}
+	}
 	for i, c := range cols {
 		p := i + 1
 		var expr string
@@ -303,9 +199,18 @@ func wideSelect(db string, surveyID int64, cols []WideColumn, aliases bool) stri
 			expr = fmt.Sprintf("t_[indexOf(op_, %d)]", p)
 		case c.Kind == KindNumber:
 			expr = fmt.Sprintf("if(s_[indexOf(p_, %d)] = '', NULL, toNullable(n_[indexOf(p_, %d)]))", p, p)
-		case isArrayKind(c.Kind):
-			expr = fmt.Sprintf("arrayMap(x -> tupleElement(x, 3), arrayFilter(x -> tupleElement(x, 1) = %d, a_))", p)
+		case c.Kind == KindChoiceID:
+			lp := labelPos[wideKey{Question: c.QuestionID, Row: c.RowID}]
+			expr = fmt.Sprintf("if(indexOf(p_, %d) = 0 OR c_[indexOf(p_, %d)] = %s, NULL, toNullable(c_[indexOf(p_, %d)]))",
+				lp, lp, noChoiceID, lp)
+		case wide.IsArray(c.Kind):
+			// a_ is sorted by position: the column's cells are a slice.
+			expr = fmt.Sprintf("arraySlice(as_, indexOf(ap_, %d), countEqual(ap_, %d))", p, p)
 		default:
+			// (One array v_ = arrayMap(i -> s_[indexOf(p_, i)], range(n))
+			// on the answers side was a third cheaper to analyse, but the
+			// join's table then held it for every response: out of memory
+			// on a full scan.)
 			expr = fmt.Sprintf("s_[indexOf(p_, %d)]", p)
 		}
 		fmt.Fprintf(&b, ",\n    %s AS %s", expr, quoteIdent(c.Name))
@@ -340,8 +245,8 @@ FROM
 		return b.String()
 	}
 	// Positions (from 1) of the columns, and what the answers side needs.
-	var hashes, poss, codes, otherQs, otherPos []string
-	var numbers, others, arrays bool
+	var keys, codes, otherQs, otherPos []string
+	var numbers, others, arrays, ids bool
 	// A cell's column is found by a key of its question and matrix row:
 	// question_id << 32 | row_id when every id fits 32 bits (the service's
 	// ids do), else a hash. (Constant arrays of cityHash64 cost 50-90 ms
@@ -362,51 +267,80 @@ FROM
 			"bitOr(bitShiftLeft(toUInt64(question_id), 32), toUInt64(ifNull(row_id, 0))), 0)"
 	}
 	for i, c := range cols {
-		p := strconv.Itoa(i + 1)
-		if c.Kind == KindOther {
+		switch c.Kind {
+		case KindOther:
 			others = true
 			otherQs = append(otherQs, strconv.FormatInt(c.QuestionID, 10))
-			otherPos = append(otherPos, p)
+			otherPos = append(otherPos, strconv.Itoa(i+1))
+			continue
+		case KindChoiceID:
+			ids = true
 			continue
 		}
-		hashes = append(hashes, cellKey(c.QuestionID, c.RowID))
-		poss = append(poss, p)
-		codes = append(codes, strconv.Itoa(kindCodes[c.Kind]))
+		keys = append(keys, cellKey(c.QuestionID, c.RowID))
+		// Position and kind in one number: pk = position * 8 + kind.
+		codes = append(codes, strconv.Itoa((i+1)*8+kindCodes[c.Kind]))
 		numbers = numbers || c.Kind == KindNumber
-		arrays = arrays || isArrayKind(c.Kind)
+		arrays = arrays || wide.IsArray(c.Kind)
 	}
-	if len(poss) == 0 { // only "other" columns: keep the arrays typed
-		hashes, poss, codes = []string{"toUInt64(0)"}, []string{"0"}, []string{"0"}
+	if len(keys) == 0 { // only "other" columns: keep the arrays typed
+		keys, codes = []string{"toUInt64(0)"}, []string{"0"}
 	}
 	b.WriteString("\nALL LEFT JOIN\n(\n    SELECT\n        response_id,\n        _version,\n        groupArray(pos) AS p_,\n        groupArray(str) AS s_")
 	if numbers {
 		b.WriteString(",\n        groupArray(num) AS n_")
 	}
+	if ids {
+		b.WriteString(",\n        groupArray(cid) AS c_")
+	}
 	if others {
 		b.WriteString(",\n        groupArray(opos) AS op_,\n        groupArray(text) AS t_")
 	}
 	if arrays {
-		b.WriteString(",\n        arraySort(arrayDistinct(groupArrayIf((pos, answer_index, str), k >= 4))) AS a_")
+		b.WriteString(",\n        arraySort(arrayDistinct(groupArrayIf((pos, answer_index, str), k >= 4))) AS a_," +
+			"\n        arrayMap(x -> tupleElement(x, 1), a_) AS ap_,\n        arrayMap(x -> tupleElement(x, 3), a_) AS as_")
 	}
+	// Three levels: the cells with their column (pk, one transform), then
+	// what each kind keeps (str, num, cid: reading pk, a column, rather than
+	// repeating the transform, which 18.16 expands at every use of an alias
+	// and took most of a point lookup's time analysing), then per response
+	// version.
 	fmt.Fprintf(&b, `
     FROM
     (
         SELECT
-            response_id, _version, answer_index, text,
-            transform(%s, [%s], [%s], 0) AS pos,
-            transform(pos, [%s], [%s], 0) AS k,
+            response_id, _version, answer_index, text, intDiv(pk, 8) AS pos, pk %% 8 AS k,
             multiIf(k = 1 OR k = 4, %s, k = 2 OR k = 5, text, k = 3, if(isNull(value), '', 'n'), k = 6, %s, '') AS str`,
-		rowKey, strings.Join(hashes, ", "), strings.Join(poss, ", "), strings.Join(poss, ", "), strings.Join(codes, ", "), wideLabel, wideValues)
+		wideLabel, wideValues)
 	if numbers {
 		b.WriteString(",\n            ifNull(value, toInt64(0)) AS num")
+	}
+	if ids {
+		b.WriteString(",\n            ifNull(choice_id, ifNull(column_id, " + noChoiceID + ")) AS cid")
 	}
 	if others {
 		fmt.Fprintf(&b, ",\n            if(isNull(other_id), 0, transform(question_id, [%s], [%s], 0)) AS opos",
 			strings.Join(otherQs, ", "), strings.Join(otherPos, ", "))
 	}
-	fmt.Fprintf(&b, "\n        FROM %s.answers\n        WHERE survey_id = %d\n    )\n    GROUP BY response_id, _version\n)%s\nUSING (response_id, _version)", db, surveyID, alias("a"))
+	fmt.Fprintf(&b, `
+        FROM
+        (
+            SELECT
+                response_id, _version, answer_index, text, choice_label, column_label, value, choice_id, column_id,
+                other_id, question_id, transform(%s, [%s], [%s], 0) AS pk
+            FROM %s.answers
+            WHERE survey_id = %d
+        )
+    )
+    GROUP BY response_id, _version
+)%s
+USING (response_id, _version)`, rowKey, strings.Join(keys, ", "), strings.Join(codes, ", "), db, surveyID, alias("a"))
 	return b.String()
 }
+
+// noChoiceID stands for "no id" in the choice-id cells (no real id is the
+// smallest Int64; groupArray would skip a NULL and shift the positions).
+const noChoiceID = "toInt64('-9223372036854775808')"
 
 // wideState is what the Sink knows of the wide views: the columns per
 // survey (loaded from wide_columns on first use) and the surveys whose view
@@ -468,28 +402,28 @@ func seenColumns(rec arrow.RecordBatch, known map[wideKey]int) map[wideKey]WideC
 			out = map[wideKey]WideColumn{}
 		}
 		c := WideColumn{
-			SurveyID: k.survey, QuestionID: k.question, RowID: k.row, Part: k.part,
+			SurveyID: k.Survey, QuestionID: k.Question, RowID: k.Row, Part: k.Part,
 			QuestionType: strings.Clone(qtype.Value(i)), Variable: strings.Clone(variable.Value(i)),
 			Title: strings.Clone(title.Value(i)), PageIndex: page.Value(i), QuestionIndex: qidx.Value(i), FirstSeen: now,
 		}
-		if k.part == "other" {
+		if k.Part == "other" {
 			c.Kind = KindOther
 		} else {
-			if k.row != 0 {
+			if k.Row != 0 {
 				c.RowLabel = strings.Clone(rowLabel.Value(i))
 			}
-			c.Kind = questionKind(c.QuestionType, k.row != 0)
+			c.Kind = wide.QuestionKind(c.QuestionType, k.Row != 0)
 		}
 		out[k] = c
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		k := wideKey{survey: survey.Value(i), question: question.Value(i)}
+		k := wideKey{Survey: survey.Value(i), Question: question.Value(i)}
 		if row.IsValid(i) {
-			k.row = row.Value(i)
+			k.Row = row.Value(i)
 		}
 		add(k, i)
 		if other.IsValid(i) {
-			add(wideKey{survey: k.survey, question: k.question, part: "other"}, i)
+			add(wideKey{Survey: k.Survey, Question: k.Question, Part: "other"}, i)
 		}
 	}
 	return out
@@ -516,8 +450,8 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 	}
 	fresh := map[int64][]WideColumn{}
 	for k, c := range seen {
-		surveys[k.survey] = true
-		fresh[k.survey] = append(fresh[k.survey], c)
+		surveys[k.Survey] = true
+		fresh[k.Survey] = append(fresh[k.Survey], c)
 	}
 	now := time.Now()
 	for id := range surveys {
@@ -538,7 +472,7 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 			// Fresh columns may have been recorded by an earlier run.
 			var still []WideColumn
 			for _, c := range fresh[id] {
-				if _, ok := s.wide.known[c.key()]; !ok {
+				if _, ok := s.wide.known[c.Key()]; !ok {
 					still = append(still, c)
 				}
 			}
@@ -555,10 +489,10 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 				if len(scanned) > 0 {
 					have := map[wideKey]bool{}
 					for _, c := range scanned {
-						have[c.key()] = true
+						have[c.Key()] = true
 					}
 					for _, c := range fresh[id] {
-						if !have[c.key()] {
+						if !have[c.Key()] {
 							scanned = append(scanned, c)
 						}
 					}
@@ -566,6 +500,7 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 				}
 			}
 		}
+		fresh[id] = s.withChoiceIDs(id, fresh[id])
 		if len(fresh[id]) > 0 {
 			if err := s.addWideColumns(ctx, id, fresh[id]); err != nil {
 				s.wideFailed(id, now, "recording new columns", err)
@@ -585,7 +520,7 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 		}
 		delete(s.wide.stale, id)
 		delete(s.wide.retryAt, id)
-		s.log.Info("wide view replaced", "view", s.table(WideViewName(id)), "columns", len(s.wide.cols[id]),
+		s.log.Info("wide view replaced", "view", s.table(WideViewName(id)), "columns", len(s.viewColumns(id)),
 			"took", time.Since(start).Round(time.Millisecond))
 	}
 }
@@ -593,19 +528,34 @@ func (s *Sink) updateWideViews(ctx context.Context, responses, answers arrow.Rec
 // wideFormat marks the views this code creates (in an alias of the view's
 // query): change it when wideSelect changes, and running daemons' views are
 // replaced at their next start.
-const wideFormat = "w1"
+const wideFormat = "w2"
 
 // wideViewCurrent reports whether survey id's view exists with the known
 // columns, in order, and this code's format; the caller holds s.wide.mu.
 func (s *Sink) wideViewCurrent(ctx context.Context, id int64) bool {
+	want := append([]string(nil), wideResponseColumns...)
+	for _, c := range s.viewColumns(id) {
+		want = append(want, c.Name)
+	}
+	for _, view := range s.wideViewNames(id) {
+		if !s.viewIs(ctx, view, want) {
+			return false
+		}
+	}
+	return true
+}
+
+// viewIs reports whether view exists with the columns want, in order, and
+// this code's format.
+func (s *Sink) viewIs(ctx context.Context, view string, want []string) bool {
 	var query string
 	if err := s.conn.QueryRow(ctx, "SELECT create_table_query FROM system.tables WHERE database = ? AND name = ?",
-		s.opts.Database, WideViewName(id)).Scan(&query); err != nil || !strings.Contains(query, "r_version_"+wideFormat) {
+		s.opts.Database, view).Scan(&query); err != nil || !strings.Contains(query, "r_version_"+wideFormat) {
 		return false
 	}
 	var names []string
 	rows, err := s.conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
-		s.opts.Database, WideViewName(id))
+		s.opts.Database, view)
 	if err != nil {
 		return false
 	}
@@ -616,10 +566,6 @@ func (s *Sink) wideViewCurrent(ctx context.Context, id int64) bool {
 			return false
 		}
 		names = append(names, n)
-	}
-	want := append([]string(nil), wideResponseColumns...)
-	for _, c := range s.wide.cols[id] {
-		want = append(want, c.Name)
 	}
 	return rows.Err() == nil && strings.Join(names, "\x00") == strings.Join(want, "\x00")
 }
@@ -648,11 +594,11 @@ func (s *Sink) loadWideColumns(ctx context.Context, id int64) error {
 
 func (s *Sink) setWideColumns(id int64, cols []WideColumn) {
 	for _, c := range s.wide.cols[id] {
-		delete(s.wide.known, c.key())
+		delete(s.wide.known, c.Key())
 	}
 	s.wide.cols[id] = cols
 	for i, c := range cols {
-		s.wide.known[c.key()] = i
+		s.wide.known[c.Key()] = i
 	}
 }
 
@@ -673,7 +619,7 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 			&c.Title, &c.RowLabel, &c.PageIndex, &c.QuestionIndex, &c.FirstSeen); err != nil {
 			return nil, fmt.Errorf("clickhouse: read %s: %w", s.table("wide_columns"), err)
 		}
-		if kindTypes[c.Kind] == "" {
+		if wide.TypeOf(c.Kind) == "" {
 			c.Kind = KindValues
 		}
 		cols = append(cols, c)
@@ -681,7 +627,7 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("clickhouse: read %s: %w", s.table("wide_columns"), err)
 	}
-	sortWideColumns(cols)
+	wide.SortColumns(cols)
 	return cols, nil
 }
 
@@ -704,12 +650,12 @@ func (s *Sink) addWideColumns(ctx context.Context, id int64, fresh []WideColumn)
 		}
 		return a.RowID < b.RowID
 	})
-	assignNames(s.wide.cols[id], fresh)
+	wide.AssignNames(s.wide.cols[id], fresh)
 	if err := s.writeWideColumns(ctx, fresh); err != nil {
 		return err
 	}
 	cols := append(append([]WideColumn(nil), s.wide.cols[id]...), fresh...)
-	sortWideColumns(cols)
+	wide.SortColumns(cols)
 	s.setWideColumns(id, cols)
 	return nil
 }
@@ -737,8 +683,18 @@ func (s *Sink) writeWideColumns(ctx context.Context, cols []WideColumn) error {
 // and swapped in by RENAME, so the view never disappears on a single node.
 // On a cluster (ON CLUSTER), the swap runs on every node.
 func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
-	name := s.table(WideViewName(id))
-	query := wideSelect(s.opts.Database, id, s.wide.cols[id], s.version.Version.Major >= 20)
+	query := wideSelect(s.opts.Database, id, s.viewColumns(id), s.version.Version.Major >= 20)
+	for _, view := range s.wideViewNames(id) {
+		if err := s.replaceView(ctx, view, query); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceView creates or replaces view (a name in the database) as query.
+func (s *Sink) replaceView(ctx context.Context, view, query string) error {
+	name := s.table(view)
 	if !s.wide.noReplace {
 		err := s.conn.Exec(s.wideDDLCtx(ctx), fmt.Sprintf("CREATE OR REPLACE VIEW %s%s AS\n%s", name, s.tmpl.OnCluster, query))
 		if err == nil {
@@ -760,7 +716,7 @@ func (s *Sink) replaceWideView(ctx context.Context, id int64) error {
 			return s.clusterDDLError(err)
 		}
 	}
-	exists, err := s.tableExists(ctx, WideViewName(id))
+	exists, err := s.tableExists(ctx, view)
 	if err != nil {
 		return err
 	}
@@ -808,6 +764,7 @@ func (s *Sink) tableExists(ctx context.Context, name string) (bool, error) {
 type WideView struct {
 	SurveyID int64
 	View     string // database.survey_<id>
+	Alias    string // database.<friendly name>, when the survey has one
 	Columns  []WideColumn
 }
 
@@ -839,7 +796,20 @@ func (s *Sink) WideViews(ctx context.Context, surveyIDs ...int64) ([]WideView, e
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, WideView{SurveyID: id, View: s.table(WideViewName(id)), Columns: cols})
+		if !s.opts.Wide.ChoiceIDs {
+			kept := cols[:0]
+			for _, c := range cols {
+				if c.Part != wide.PartID {
+					kept = append(kept, c)
+				}
+			}
+			cols = kept
+		}
+		v := WideView{SurveyID: id, View: s.table(WideViewName(id)), Columns: cols}
+		if n := s.opts.Wide.Names[id]; n != "" {
+			v.Alias = s.table(n)
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -857,12 +827,17 @@ func (s *Sink) RefreshWideViews(ctx context.Context, surveyIDs ...int64) ([]Wide
 	defer s.wide.mu.Unlock()
 	s.wide.init()
 	for i, v := range views {
-		s.setWideColumns(v.SurveyID, v.Columns)
+		all, err := s.WideColumns(ctx, v.SurveyID) // with the choice-id columns: their names are taken
+		if err != nil {
+			return nil, err
+		}
+		s.setWideColumns(v.SurveyID, all)
 		s.wide.loaded[v.SurveyID] = true
 		fresh, err := s.scanWideColumns(ctx, v.SurveyID)
 		if err != nil {
 			return nil, err
 		}
+		fresh = s.withChoiceIDs(v.SurveyID, fresh)
 		if len(fresh) > 0 {
 			if err := s.addWideColumns(ctx, v.SurveyID, fresh); err != nil {
 				return nil, err
@@ -872,7 +847,7 @@ func (s *Sink) RefreshWideViews(ctx context.Context, surveyIDs ...int64) ([]Wide
 			return nil, fmt.Errorf("clickhouse: replace %s: %w", v.View, err)
 		}
 		delete(s.wide.stale, v.SurveyID)
-		views[i].Columns = s.wide.cols[v.SurveyID]
+		views[i].Columns = s.viewColumns(v.SurveyID)
 	}
 	return views, nil
 }
@@ -892,11 +867,11 @@ ORDER BY min(page_index), min(question_index), question_id, row`, s.table("answe
 	now := time.Now().UTC().Truncate(time.Second)
 	var fresh []WideColumn
 	add := func(c WideColumn) {
-		if _, ok := s.wide.known[c.key()]; ok {
+		if _, ok := s.wide.known[c.Key()]; ok {
 			return
 		}
 		for _, f := range fresh {
-			if f.key() == c.key() {
+			if f.Key() == c.Key() {
 				return
 			}
 		}
@@ -909,7 +884,7 @@ ORDER BY min(page_index), min(question_index), question_id, row`, s.table("answe
 			&c.PageIndex, &c.QuestionIndex); err != nil {
 			return nil, fmt.Errorf("clickhouse: scan answers of survey %d: %w", id, err)
 		}
-		c.Kind = questionKind(c.QuestionType, c.RowID != 0)
+		c.Kind = wide.QuestionKind(c.QuestionType, c.RowID != 0)
 		add(c)
 		if hasOther == 1 {
 			c.RowID, c.RowLabel, c.Part, c.Kind = 0, "", "other", KindOther

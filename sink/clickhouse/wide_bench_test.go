@@ -18,6 +18,9 @@ import (
 //
 //	SURVEYSYNC_TEST_CLICKHOUSE_ADDR=127.0.0.1:9000 SURVEYSYNC_BENCH_WIDE=1 \
 //	  go test -count=1 -run TestWideViewTiming -v ./sink/clickhouse/
+//
+// SURVEYSYNC_BENCH_WIDE_DB keeps the data in that database (and reuses it);
+// SURVEYSYNC_BENCH_WIDE_ONLY runs only the queries whose name contains it.
 func TestWideViewTiming(t *testing.T) {
 	if os.Getenv("SURVEYSYNC_BENCH_WIDE") != "1" {
 		t.Skip("set SURVEYSYNC_BENCH_WIDE=1 to time the wide view")
@@ -104,10 +107,14 @@ FROM (
 		{"point lookup, enable_optimize_predicate_expression=1", "SELECT * FROM " + view + " " + lookup + " SETTINGS enable_optimize_predicate_expression = 1"},
 		{"(long: answers_current of one response)", "SELECT * FROM " + s.table("answers_current") + " WHERE survey_id = 777 AND response_id = toUUID('00000000-0000-4000-8000-000000054320')"},
 	}
+	only := os.Getenv("SURVEYSYNC_BENCH_WIDE_ONLY") // a part of the queries' names, e.g. "point lookup"
 	for _, q := range queries {
+		if only != "" && !strings.Contains(q.name, only) {
+			continue
+		}
 		var runs []time.Duration
 		var n int
-		for range 5 {
+		for range 11 {
 			start := time.Now()
 			rows, err := s.Conn().Query(ctx, q.sql)
 			if err != nil {
@@ -124,10 +131,10 @@ FROM (
 			rows.Close()
 			runs = append(runs, time.Since(start))
 		}
-		if len(runs) < 5 {
+		if len(runs) < 11 {
 			continue
 		}
 		sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
-		t.Logf("%-55s %7d rows  median %8.1f ms  (min %8.1f, max %8.1f)", q.name, n, ms(runs[2]), ms(runs[0]), ms(runs[4]))
+		t.Logf("%-55s %7d rows  median %8.1f ms  (min %8.1f, max %8.1f; 11 runs)", q.name, n, ms(runs[5]), ms(runs[0]), ms(runs[10]))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/survey"
+	"github.com/surveysync/surveysync/wide"
 )
 
 func TestSanitizeName(t *testing.T) {
@@ -37,8 +38,8 @@ func TestSanitizeName(t *testing.T) {
 		"Q1_nps":                     "q1_nps",
 		strings.Repeat("dlouhé", 20): strings.TrimRight(strings.Repeat("dlouhe", 10), "_"),
 	} {
-		if got := sanitizeName(in); got != want {
-			t.Errorf("sanitizeName(%q) = %q, want %q", in, got, want)
+		if got := wide.SanitizeName(in); got != want {
+			t.Errorf("wide.SanitizeName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -53,7 +54,7 @@ func TestAssignNamesStableAndUnique(t *testing.T) {
 		{QuestionID: 5, Variable: "zdroj", Part: "other"},
 		{QuestionID: 6, Variable: ""},
 	}
-	assignNames(taken, fresh)
+	wide.AssignNames(taken, fresh)
 	var got []string
 	for _, c := range fresh {
 		got = append(got, c.Name)
@@ -72,7 +73,10 @@ func TestAssignNamesStableAndUnique(t *testing.T) {
 // response gets a new version and one is deleted, and the view follows
 // without anything but Write.
 func TestWideViewMatchesEmulator(t *testing.T) {
-	s, _ := openTest(t, nil)
+	// With the choice ids and a friendly name (the other tests run without).
+	s, _ := openTest(t, func(o *Options) {
+		o.Wide = WideOptions{ChoiceIDs: true, Names: map[int64]string{4574: "spokojenost_2026"}}
+	})
 	ctx := ctxT(t)
 	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	em, err := sim.New(sim.Options{
@@ -131,7 +135,7 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	for _, c := range cols {
 		names[c.Name] = true
 	}
-	for _, n := range []string{"source", "spokojenost", "zdroj", "zdroj_other", "produkty", "produkty_other", "hodnoceni_cena",
+	for _, n := range []string{"source", "spokojenost", "spokojenost_id", "hodnoceni_cena_id", "zdroj", "zdroj_other", "produkty", "produkty_other", "hodnoceni_cena",
 		"hodnoceni_zakaznicka_podpora", "kanaly_bezny_ucet", "nps", "zlepseni", "prilohy"} {
 		if !names[n] {
 			t.Errorf("no column %s in %v", n, cols)
@@ -166,7 +170,7 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	}
 	found := false
 	for _, c := range cols {
-		if c.QuestionID == 424242 {
+		if c.QuestionID == 424242 && c.Part == "" {
 			found = true
 			if c.Name != "zlepseni_424242" || c.Title != "Zlepšení (nová otázka)" || c.Kind != KindLabel {
 				t.Errorf("new question's column: %+v", c)
@@ -176,6 +180,31 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	if !found {
 		t.Error("the new question has no column")
 	}
+
+	// The friendly name is the same view.
+	sameView := func() {
+		t.Helper()
+		var a, b []string
+		for _, v := range []struct {
+			name string
+			out  *[]string
+		}{{WideViewName(4574), &a}, {"spokojenost_2026", &b}} {
+			var cols string
+			var n uint64
+			if err := s.Conn().QueryRow(ctx, "SELECT arrayStringConcat(groupArray(name), ',') FROM system.columns WHERE database = ? AND table = ?",
+				s.Database(), v.name).Scan(&cols); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.table(v.name)+" WHERE zlepseni_424242_id = 7").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			*v.out = []string{cols, strconv.FormatUint(n, 10)}
+		}
+		if !reflect.DeepEqual(a, b) || b[1] != "1" {
+			t.Errorf("survey_4574 %v, spokojenost_2026 %v", a, b)
+		}
+	}
+	sameView()
 
 	// The view's filters give the same rows with and without predicate
 	// pushdown (a filter must never reach an older version).
@@ -209,6 +238,21 @@ func TestWideViewMatchesEmulator(t *testing.T) {
 	for since, wantN := range map[time.Time]int{now: len(truth), now.Add(time.Second): 0} {
 		if n, err := s.ExportWideCSV(ctx, io.Discard, 4574, ExportOptions{Since: since}); err != nil || n != wantN {
 			t.Errorf("export since %s: %d records (%v), want %d", since, n, err, wantN)
+		}
+	}
+	// The long tables: as many rows as the *_current views, every
+	// current response once.
+	for _, table := range []string{"responses", "answers"} {
+		var want uint64
+		if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+s.table(table+"_current")+" WHERE survey_id = 4574").Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		n, err := s.ExportTable(ctx, table, 4574, ExportOptions{}, func(fields []wide.Field) (wide.Writer, error) {
+			return wide.NewCSV(&buf, fields, false)
+		})
+		if err != nil || uint64(n) != want || (table == "responses" && n != len(truth)) {
+			t.Errorf("ExportTable %s: %d rows (%v), want %d", table, n, err, want)
 		}
 	}
 	vs, err := s.WideViews(ctx)
@@ -267,9 +311,9 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 		row := map[string]string{"response_status": r.ResponseStatus}
 		for _, c := range cols {
 			switch {
-			case c.Kind == KindNumber:
+			case c.Kind == KindNumber || c.Kind == KindChoiceID:
 				row[c.Name] = "NULL"
-			case isArrayKind(c.Kind):
+			case wide.IsArray(c.Kind):
 				row[c.Name] = "[]"
 			default:
 				row[c.Name] = ""
@@ -278,10 +322,21 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 		for _, p := range r.Pages {
 			for _, q := range p.Questions {
 				cells := map[int64][]string{}
+				ids := map[int64]string{} // the first cell's choice (else matrix column) id
 				for _, a := range q.Answers {
 					var rowID int64
 					if a.RowID != nil {
 						rowID = int64(*a.RowID)
+					}
+					if _, ok := ids[rowID]; !ok {
+						switch {
+						case a.ChoiceID != nil:
+							ids[rowID] = strconv.FormatInt(int64(*a.ChoiceID), 10)
+						case a.ColumnID != nil:
+							ids[rowID] = strconv.FormatInt(int64(*a.ColumnID), 10)
+						default:
+							ids[rowID] = "NULL"
+						}
 					}
 					switch q.Type {
 					case "single", "matrix_single":
@@ -314,6 +369,9 @@ func compareWide(t *testing.T, s *Sink, truth map[string]survey.Response) {
 						row[n] = list(vs)
 					default:
 						row[n] = vs[0]
+					}
+					if n, ok := name[key{q.ID, rowID, "id"}]; ok {
+						row[n] = ids[rowID]
 					}
 				}
 			}
@@ -608,5 +666,42 @@ func compareParquet(t *testing.T, s *Sink, want map[string]map[string]string) {
 				}
 			}
 		}
+	}
+}
+
+// Choice ids turned on for a survey whose columns were recorded without
+// them: the daemon's first write adds them and replaces the view; turned
+// off again, the view drops them (they stay recorded, their names taken).
+func TestWideViewChoiceIDsTurnedOn(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := ctxT(t)
+	writeBatch(t, s, []testResponse{{ID: guid(1), SurveyID: 4574, Version: 1, Answers: 2}})
+	columns := func() string {
+		t.Helper()
+		var cols string
+		if err := s.Conn().QueryRow(ctx, "SELECT arrayStringConcat(groupArray(name), ',') FROM system.columns WHERE database = ? AND table = ? AND name LIKE 'q%'",
+			s.Database(), WideViewName(4574)).Scan(&cols); err != nil {
+			t.Fatal(err)
+		}
+		return cols
+	}
+	before := columns()
+	for _, on := range []bool{true, false} {
+		o := testOptions(s.Database())
+		o.Wide.ChoiceIDs = on
+		s2, err := Open(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeBatch(t, s2, []testResponse{{ID: guid(2), SurveyID: 4574, Version: 2, Answers: 2}})
+		s2.Close()
+		got := columns()
+		if on && !strings.Contains(got, "_id") {
+			t.Errorf("choice ids on: view columns %s (before %s)", got, before)
+		}
+		if !on && got != before {
+			t.Errorf("choice ids off again: view columns %s, want %s", got, before)
+		}
+		t.Logf("choice ids %v: %s", on, got)
 	}
 }

@@ -17,6 +17,7 @@ type pass struct {
 	stream string
 	tr     *tracker
 	rescan bool         // a partial stream's full rescan: held partials are re-read
+	resync bool         // a resync (resync.go): every listed response is rewritten
 	found  atomic.Int64 // responses new to us or changed
 	synced atomic.Int64
 
@@ -149,8 +150,9 @@ func (cs *cycleState) saveLocked(ctx context.Context) {
 	cs.p.save(ctx, cs.key, cs.st)
 }
 
-// saveProgress saves the checkpoint every ProgressInterval while the
-// cycle's progress changes, until ctx ends or the returned stop is called;
+// saveProgress saves the checkpoint, with the watermark as far as the
+// windows acknowledged so far, every ProgressInterval while the cycle's
+// progress changes, until ctx ends or the returned stop is called;
 // stop waits for the saver to end and may be called more than once.
 func (cs *cycleState) saveProgress(ctx context.Context) (stop func()) {
 	progCtx, cancel := context.WithCancel(ctx)
@@ -164,12 +166,20 @@ func (cs *cycleState) saveProgress(ctx context.Context) (stop func()) {
 			select {
 			case <-t.C:
 				l, d := cs.c.listed.Load(), cs.c.done.Load()
-				if l != lastL || d != lastD {
-					lastL, lastD = l, d
-					cs.mu.Lock()
-					cs.saveLocked(ctx)
-					cs.mu.Unlock()
+				// The watermark moves with the saved progress too: a
+				// long cycle still paging (a backfill, a resync) keeps
+				// what is written if it is interrupted.
+				mark, _, _ := cs.c.tr.snapshot()
+				cs.mu.Lock()
+				moved := mark.After(cs.st.Watermark)
+				if moved {
+					cs.st.Watermark = mark
 				}
+				if moved || l != lastL || d != lastD {
+					lastL, lastD = l, d
+					cs.saveLocked(ctx)
+				}
+				cs.mu.Unlock()
 			case <-progCtx.Done():
 				return
 			}
@@ -234,7 +244,9 @@ func (p *Poller) save(ctx context.Context, key streamKey, st pipeline.StreamStat
 	p.mu.Lock()
 	p.state[key] = st
 	p.mu.Unlock()
-	p.m.watermark.WithLabelValues(strconv.FormatInt(key.survey, 10), key.stream).Set(float64(st.Watermark.Unix()))
+	if !IsResync(key.stream) {
+		p.m.watermark.WithLabelValues(strconv.FormatInt(key.survey, 10), key.stream).Set(float64(st.Watermark.Unix()))
+	}
 	if err := p.states.SaveStates(ctx, []pipeline.StreamState{st}); err != nil && ctx.Err() == nil {
 		// The watermark stays in memory and is saved with the next step;
 		// a crash before that re-reads, it does not lose.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,29 +25,31 @@ import (
 // Overlap re-reads of responses written at the same status fetch nothing:
 // one detail per new response.
 func TestOverlapRereadsSkipHeldResponses(t *testing.T) {
-	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	api := &fakeAPI{resps: gen(5, now.Add(-5*time.Minute), survey.StatusCompleted)} // all inside the overlap
-	sub := &fakeSub{}
-	p := New(Options{Statuses: []string{"completed"}, SettleLag: -1, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
-	found, err := p.cycle(context.Background(), 1, "completed")
-	if err != nil || found != 5 {
-		t.Fatalf("first cycle: found %d, %v; want 5", found, err)
-	}
-	waitAcked(t, p, 1, api.resps)
-	api.mu.Lock()
-	api.resps = append(api.resps, fakeResp{id: "00000000-0000-4000-8000-00000000abcd", status: "completed",
-		created: now.Add(-time.Minute), completed: now.Add(30 * time.Second)})
-	api.mu.Unlock()
-	now = now.Add(time.Minute)
-	found, err = p.cycle(context.Background(), 1, "completed")
-	if err != nil || found != 1 {
-		t.Fatalf("second cycle: found %d, %v; want the 1 new", found, err)
-	}
-	for _, r := range api.resps {
-		if sub.got[r.id] != 1 {
-			t.Fatalf("response %s submitted %d times, want once", r.id, sub.got[r.id])
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+		api := &fakeAPI{resps: gen(5, now.Add(-5*time.Minute), survey.StatusCompleted)} // all inside the overlap
+		sub := &fakeSub{}
+		p := New(Options{Statuses: []string{"completed"}, SettleLag: -1, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+		found, err := p.cycle(context.Background(), 1, "completed")
+		if err != nil || found != 5 {
+			t.Fatalf("first cycle: found %d, %v; want 5", found, err)
 		}
-	}
+		waitAcked(t, p, 1, api.resps)
+		api.mu.Lock()
+		api.resps = append(api.resps, fakeResp{id: "00000000-0000-4000-8000-00000000abcd", status: "completed",
+			created: now.Add(-time.Minute), completed: now.Add(30 * time.Second)})
+		api.mu.Unlock()
+		now = now.Add(time.Minute)
+		found, err = p.cycle(context.Background(), 1, "completed")
+		if err != nil || found != 1 {
+			t.Fatalf("second cycle: found %d, %v; want the 1 new", found, err)
+		}
+		for _, r := range api.resps {
+			if sub.got[r.id] != 1 {
+				t.Fatalf("response %s submitted %d times, want once", r.id, sub.got[r.id])
+			}
+		}
+	})
 }
 
 func waitAcked(t *testing.T, p *Poller, surveyID int64, rs []fakeResp) {
@@ -358,47 +361,49 @@ func TestReconcileHostileLists(t *testing.T) {
 // its poll (the ref went to the pipeline); without them AddSurvey wakes it.
 // EndSurvey runs a final sync and keeps the survey at the ended cadence.
 func TestWebhooksDoNotWakeAKnownSurvey(t *testing.T) {
-	for _, webhooks := range []bool{true, false} {
-		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-		api := &fakeAPI{resps: gen(3, now.Add(-time.Hour), survey.StatusCompleted)}
-		ctx, cancel := context.WithCancel(context.Background())
-		p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, Webhooks: webhooks, PollInterval: time.Hour,
-			ReconcileInterval: -1, Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
-		done := make(chan error)
-		go func() { done <- p.Run(ctx) }()
-		<-p.FirstPassDone()
-		calls := func() int { api.mu.Lock(); defer api.mu.Unlock(); return api.calls }
-		before := calls()
-		p.AddSurvey(1)
-		time.Sleep(200 * time.Millisecond)
-		woke := calls() > before
-		if woke == webhooks {
-			t.Errorf("webhooks %v: AddSurvey of a known survey woke it: %v", webhooks, woke)
+	synctest.Test(t, func(t *testing.T) {
+		for _, webhooks := range []bool{true, false} {
+			now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+			api := &fakeAPI{resps: gen(3, now.Add(-time.Hour), survey.StatusCompleted)}
+			ctx, cancel := context.WithCancel(context.Background())
+			p := New(Options{Surveys: []int64{1}, Statuses: []string{"completed"}, Webhooks: webhooks, PollInterval: time.Hour,
+				ReconcileInterval: -1, Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
+			done := make(chan error)
+			go func() { done <- p.Run(ctx) }()
+			<-p.FirstPassDone()
+			calls := func() int { api.mu.Lock(); defer api.mu.Unlock(); return api.calls }
+			before := calls()
+			p.AddSurvey(1)
+			time.Sleep(200 * time.Millisecond)
+			woke := calls() > before
+			if woke == webhooks {
+				t.Errorf("webhooks %v: AddSurvey of a known survey woke it: %v", webhooks, woke)
+			}
+			before = calls()
+			p.EndSurvey(1)
+			deadline := time.Now().Add(5 * time.Second)
+			for calls() == before && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if calls() == before {
+				t.Errorf("webhooks %v: EndSurvey ran no final sync", webhooks)
+			}
+			ended := false
+			for deadline := time.Now().Add(5 * time.Second); !ended && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				p.mu.Lock()
+				r := p.surveys[1]
+				ended = r != nil && r.ended
+				p.mu.Unlock()
+			}
+			if !ended {
+				t.Errorf("webhooks %v: after the final sync the survey is not at the ended cadence", webhooks)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
 		}
-		before = calls()
-		p.EndSurvey(1)
-		deadline := time.Now().Add(5 * time.Second)
-		for calls() == before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if calls() == before {
-			t.Errorf("webhooks %v: EndSurvey ran no final sync", webhooks)
-		}
-		ended := false
-		for deadline := time.Now().Add(5 * time.Second); !ended && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			p.mu.Lock()
-			r := p.surveys[1]
-			ended = r != nil && r.ended
-			p.mu.Unlock()
-		}
-		if !ended {
-			t.Errorf("webhooks %v: after the final sync the survey is not at the ended cadence", webhooks)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }
 
 // Reconcile keeps its own interval while the streams are backed off (here:
@@ -454,29 +459,31 @@ func TestUnstableWindowIsNotAcknowledged(t *testing.T) {
 // AddSurvey used to fall back to Wake when its channel was full, which
 // wakes only surveys already polled.
 func TestAddSurveyStormAddsEverySurvey(t *testing.T) {
-	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	api := &fakeAPI{}
-	p := New(Options{Statuses: []string{"completed"}, PollInterval: time.Hour, ReconcileInterval: -1,
-		Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
-	for id := int64(1); id <= 500; id++ {
-		p.AddSurvey(id) // before Run: nothing drains yet
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
-	n := 0
-	for deadline := time.Now().Add(5 * time.Second); n < 500 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		p.mu.Lock()
-		n = len(p.surveys)
-		p.mu.Unlock()
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if n != 500 {
-		t.Fatalf("%d of 500 added surveys are polled", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+		api := &fakeAPI{}
+		p := New(Options{Statuses: []string{"completed"}, PollInterval: time.Hour, ReconcileInterval: -1,
+			Now: func() time.Time { return now }}, api, &fakeSub{}, &memStates{}, nil)
+		for id := int64(1); id <= 500; id++ {
+			p.AddSurvey(id) // before Run: nothing drains yet
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		n := 0
+		for deadline := time.Now().Add(5 * time.Second); n < 500 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			p.mu.Lock()
+			n = len(p.surveys)
+			p.mu.Unlock()
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n != 500 {
+			t.Fatalf("%d of 500 added surveys are polled", n)
+		}
+	})
 }
 
 // A stream whose list answers are not believed backs off exponentially up

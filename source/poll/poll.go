@@ -232,8 +232,11 @@ type Poller struct {
 	surveys map[int64]*surveyRun
 	ended   map[int64]bool     // surveys to start at the ended cadence
 	adds    map[int64]struct{} // surveys to add, under mu; addSig tells Run
+	removed map[int64]bool     // configured surveys RemoveSurvey took out (a Run again skips them), under mu
 	addSig  chan struct{}
 	wakeAll chan struct{}
+	// resyncSig tells Run's resync runner that Resync queued a job.
+	resyncSig chan struct{}
 
 	firstMu      sync.Mutex
 	firstPending map[int64]bool  // configured surveys whose first cycle is not done
@@ -272,8 +275,11 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		surveys: map[int64]*surveyRun{},
 		ended:   map[int64]bool{},
 		adds:    map[int64]struct{}{},
+		removed: map[int64]bool{},
 		addSig:  make(chan struct{}, 1),
 		wakeAll: make(chan struct{}, 1),
+
+		resyncSig: make(chan struct{}, 1),
 
 		firstPending: map[int64]bool{},
 		firstFailed:  map[int64]error{},
@@ -338,10 +344,30 @@ func (p *Poller) AddSurvey(id int64) {
 		return
 	}
 	p.adds[id] = struct{}{}
+	delete(p.removed, id)
 	p.mu.Unlock()
 	select {
 	case p.addSig <- struct{}{}:
 	default: // Run has a signal pending already; it takes every add
+	}
+}
+
+// RemoveSurvey stops polling a survey (surveys_exclude, at a reload): its
+// loop ends after the call in flight, its checkpoints stay, and it no
+// longer holds the first pass open. AddSurvey starts it again.
+func (p *Poller) RemoveSurvey(id int64) {
+	p.mu.Lock()
+	delete(p.adds, id)
+	p.removed[id] = true
+	r, ok := p.surveys[id]
+	if ok {
+		delete(p.surveys, id)
+		r.cancel()
+	}
+	p.mu.Unlock()
+	p.markFirstPass(id, nil)
+	if ok {
+		p.o.Logger.Info("survey no longer polled", "survey_id", id)
 	}
 }
 

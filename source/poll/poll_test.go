@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -244,29 +245,31 @@ func TestReconcileRereadsVanishedAndMissing(t *testing.T) {
 }
 
 func TestRunStopsOnCancel(t *testing.T) {
-	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	api := &fakeAPI{resps: gen(10, now.Add(-time.Hour), survey.StatusCompleted)}
-	sub := &fakeSub{}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := New(Options{Surveys: []int64{1, 2}, PollInterval: time.Hour, ReconcileInterval: -1, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sub.mu.Lock()
-		n := len(sub.got)
-		sub.mu.Unlock()
-		if n == 10 || time.Now().After(deadline) {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+		api := &fakeAPI{resps: gen(10, now.Add(-time.Hour), survey.StatusCompleted)}
+		sub := &fakeSub{}
+		ctx, cancel := context.WithCancel(context.Background())
+		p := New(Options{Surveys: []int64{1, 2}, PollInterval: time.Hour, ReconcileInterval: -1, Now: func() time.Time { return now }}, api, sub, &memStates{}, nil)
+		done := make(chan error)
+		go func() { done <- p.Run(ctx) }()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			sub.mu.Lock()
+			n := len(sub.got)
+			sub.mu.Unlock()
+			if n == 10 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	p.AddSurvey(3)
-	p.EndSurvey(2)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		p.AddSurvey(3)
+		p.EndSurvey(2)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // A survey the service does not know ends its first pass with the error,
@@ -324,38 +327,40 @@ func (s *gatedSub) Submit(ctx context.Context, r pipeline.Ref) error {
 // A long cycle saves its progress (listed, written) while it runs, and
 // clears it when done.
 func TestLongCycleSavesProgress(t *testing.T) {
-	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	api := &fakeAPI{resps: gen(50, now.Add(-time.Hour), survey.StatusCompleted)}
-	sub := &gatedSub{n: 20, release: make(chan struct{})}
-	st := &memStates{}
-	p := New(Options{Statuses: []string{"completed"}, PerPage: 10, ProgressInterval: 10 * time.Millisecond,
-		Now: func() time.Time { return now }}, api, sub, st, nil)
-	done := make(chan error)
-	go func() { _, err := p.cycle(context.Background(), 1, "completed"); done <- err }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st.mu.Lock()
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+		api := &fakeAPI{resps: gen(50, now.Add(-time.Hour), survey.StatusCompleted)}
+		sub := &gatedSub{n: 20, release: make(chan struct{})}
+		st := &memStates{}
+		p := New(Options{Statuses: []string{"completed"}, PerPage: 10, ProgressInterval: 10 * time.Millisecond,
+			Now: func() time.Time { return now }}, api, sub, st, nil)
+		done := make(chan error)
+		go func() { _, err := p.cycle(context.Background(), 1, "completed"); done <- err }()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st.mu.Lock()
+			s := st.m[streamKey{1, "completed"}]
+			st.mu.Unlock()
+			if s.CycleListed == 50 && s.CycleDone == 20 && s.InCycle() && s.Synced == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no progress saved: %+v", s)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(sub.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 		s := st.m[streamKey{1, "completed"}]
-		st.mu.Unlock()
-		if s.CycleListed == 50 && s.CycleDone == 20 && s.InCycle() && s.Synced == 0 {
-			break
+		if s.InCycle() || s.CycleListed != 0 || s.CycleDone != 0 || s.Synced != 50 {
+			t.Fatalf("after the cycle: %+v", s)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress saved: %+v", s)
+		if rate, eta := Rate(20, 50, 10*time.Second); rate != 2 || eta != 15*time.Second {
+			t.Errorf("Rate(20, 50, 10s) = %v, %v", rate, eta)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	close(sub.release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	s := st.m[streamKey{1, "completed"}]
-	if s.InCycle() || s.CycleListed != 0 || s.CycleDone != 0 || s.Synced != 50 {
-		t.Fatalf("after the cycle: %+v", s)
-	}
-	if rate, eta := Rate(20, 50, 10*time.Second); rate != 2 || eta != 15*time.Second {
-		t.Errorf("Rate(20, 50, 10s) = %v, %v", rate, eta)
-	}
+	})
 }
 
 // bySurvey counts list calls per survey.

@@ -18,7 +18,12 @@ func (p *Poller) Run(ctx context.Context) error {
 	start := func(id int64) { p.startSurvey(gctx, g, id) }
 	p.beginFirstPass()
 	for _, id := range p.o.Surveys {
-		start(id)
+		p.mu.Lock()
+		gone := p.removed[id] // excluded at a reload since New
+		p.mu.Unlock()
+		if !gone {
+			start(id)
+		}
 	}
 	for _, id := range earlier {
 		start(id) // a configured one is only woken
@@ -28,6 +33,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { p.logProgress(gctx); return nil })
 	g.Go(func() error { p.serveSignals(gctx, start); return nil })
+	g.Go(func() error { p.serveResyncs(gctx); return nil })
 	err = g.Wait()
 	if ctx.Err() != nil {
 		return nil
@@ -95,9 +101,13 @@ func (p *Poller) beginFirstPass() {
 		return
 	}
 	p.ran = true
+	p.mu.Lock()
 	for _, id := range p.o.Surveys {
-		p.firstPending[id] = true
+		if !p.removed[id] {
+			p.firstPending[id] = true
+		}
 	}
+	p.mu.Unlock()
 	if len(p.firstPending) == 0 {
 		close(p.firstDone)
 	}

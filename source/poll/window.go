@@ -187,8 +187,12 @@ func (p *Poller) submitPage(ctx context.Context, c *pass, w *window, l *survey.R
 // consider submits a listed response unless it is held at the listed
 // status: a completed, disqualified or quota-full response cannot change
 // but by deletion (which reconcile finds), and a partial one is re-read
-// only by the partial stream's rescans.
+// only by the partial stream's rescans. A resync submits every one.
 func (p *Poller) consider(ctx context.Context, c *pass, w *window, id survey.GUID) error {
+	if c.resync {
+		c.found.Add(1)
+		return p.submit(ctx, c.tr, w, c.survey, id, "resync", c.stream, func() { c.synced.Add(1); c.done.Add(1) })
+	}
 	h := p.held.get(c.survey, id)
 	same := sameStatus(c.stream, h)
 	if same && !(c.rescan && h&^hsRejected == hsPartial) {

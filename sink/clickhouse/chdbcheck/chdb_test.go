@@ -269,6 +269,8 @@ func TestWideViewOnCurrentClickHouse(t *testing.T) {
 		{QuestionID: 3, RowID: 7, Name: "v3_radek", Kind: clickhouse.KindLabel},
 		{QuestionID: 4, Name: "v4", Kind: clickhouse.KindNumber},
 		{QuestionID: 5, Name: "v5", Kind: clickhouse.KindText},
+		{QuestionID: 1, Part: "id", Name: "v1_id", Kind: clickhouse.KindChoiceID},
+		{QuestionID: 3, RowID: 7, Part: "id", Name: "v3_radek_id", Kind: clickhouse.KindChoiceID},
 	}
 	for range 2 { // replaced in place
 		query(t, fmt.Sprintf("CREATE OR REPLACE VIEW %s.survey_42 AS\n%s", wdb, clickhouse.WideViewSQL(wdb, 42, cols)))
@@ -279,12 +281,15 @@ func TestWideViewOnCurrentClickHouse(t *testing.T) {
 	if got != want {
 		t.Errorf("wide view:\n got %q\nwant %q", got, want)
 	}
+	if ids := query(t, fmt.Sprintf("SELECT v1_id, v3_radek_id FROM %s.survey_42 ORDER BY response_id", wdb)); ids != "2\t\\N\n\\N\t\\N" {
+		t.Errorf("choice ids: %q", ids)
+	}
 	one := query(t, fmt.Sprintf("SELECT v1, v4 FROM %s.survey_42 WHERE response_id = '%s'", wdb, guid(1)))
 	if one != "Spíše ne\t9" {
 		t.Errorf("point lookup: %q", one)
 	}
 	types := query(t, fmt.Sprintf("SELECT arrayStringConcat(groupArray(type), ',') FROM (SELECT type FROM system.columns WHERE database = '%s' AND table = 'survey_42' AND name LIKE 'v%%' ORDER BY position)", wdb))
-	if types != "String,Array(String),String,String,Nullable(Int64),String" {
+	if types != "String,Array(String),String,String,Nullable(Int64),String,Nullable(Int64),Nullable(Int64)" {
 		t.Errorf("column types %s", types)
 	}
 }
