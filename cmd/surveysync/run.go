@@ -13,7 +13,7 @@ import (
 
 type runFlags struct {
 	exitWhenSynced bool
-	force          bool // start despite another daemon's live lease
+	force          bool                           // start despite another daemon's live lease
 	reload         func() (*config.Config, error) // SIGHUP: the configuration again
 }
 
