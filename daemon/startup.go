@@ -116,7 +116,7 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 			"attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", err, "fix", SinkFix(cfg))
 		st.set("warehouse", fmt.Errorf("starting: the warehouse is unreachable (attempt %d, next in %s): %w", n, wait.Round(time.Second), err))
 		if serr := backoff.Sleep(ctx, wait); serr != nil {
-			return nil, fmt.Errorf("open sink: stopped while waiting for the warehouse (last: %v): %w", err, serr)
+			return nil, fmt.Errorf("open sink: stopped while waiting for the warehouse (last: %w): %w", err, serr)
 		}
 	}
 }
