@@ -117,9 +117,9 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	// The metrics listener answers while the start-up waits (startup.go):
 	// /healthz is up, /readyz says what it waits for.
 	h := &health{client: client, start: &startup{}}
-	var mux *http.ServeMux
+	late := newLateRoutes()
 	if cfg.Metrics.Listen != "" {
-		if mux, err = serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, log); err != nil {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, late, log); err != nil {
 			return err
 		}
 	}
@@ -147,10 +147,10 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	defer func() { _ = d.close() }()
 	h.attach(d.health)
 	d.health = h
-	if mux != nil {
-		serveHAStatus(mux, d.elector)
-		d.serveResync(mux)
-	}
+	routes := http.NewServeMux()
+	serveHAStatus(routes, d.elector)
+	d.serveResync(routes)
+	late.set(routes)
 	if !o.ExitWhenSynced {
 		svc.Go(func() error { waitAPI(intakeCtx, cfg, h.start, log); return nil })
 	}

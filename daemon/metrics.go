@@ -97,18 +97,19 @@ const (
 	pprofWriteTimeout   = 2 * time.Minute
 )
 
-// serveMetrics serves the metrics listener in g until ctx ends. It
-// returns the mux, to which Run adds /status/ha once the daemon is
-// assembled (a ServeMux takes handlers while it serves).
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, log *slog.Logger) (*http.ServeMux, error) {
+// serveMetrics serves the metrics listener in g until ctx ends. The
+// routes of the assembled daemon (/status/ha, /admin/) are late's.
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, late *lateRoutes, log *slog.Logger) error {
 	writeTimeout := metricsWriteTimeout
 	if withPprof {
 		writeTimeout = pprofWriteTimeout
 	}
 	mux := metricsMux(withPprof, reg, h)
+	mux.Handle(HAStatusPath, late)
+	mux.Handle("/admin/", late)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics.listen %s: %w", addr, err)
+		return fmt.Errorf("metrics.listen %s: %w", addr, err)
 	}
 	ln = netutil.LimitListener(ln, metricsMaxConns)
 	srv := &http.Server{
@@ -122,7 +123,7 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof
 	}
 	serveUntil(ctx, g, srv, ln, "metrics server", nil)
 	log.Info("metrics at /metrics, health at /healthz and /readyz", "listen", ln.Addr().String())
-	return mux, nil
+	return nil
 }
 
 // serveUntil serves srv on ln in g until ctx ends, then shuts it down
@@ -179,4 +180,35 @@ func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.Serve
 		_ = json.NewEncoder(w).Encode(writes())
 	})
 	return mux
+}
+
+// lateRoutes serves the routes that need the assembled daemon (the HA
+// status, the admin endpoints) on the metrics listener, which answers
+// before (the start-up may wait for the warehouse): a request waits up to
+// lateRoutesWait for the daemon, then gets 503 saying it is starting.
+type lateRoutes struct {
+	ready chan struct{} // closed by set
+	mux   *http.ServeMux
+}
+
+const lateRoutesWait = 10 * time.Second
+
+func newLateRoutes() *lateRoutes { return &lateRoutes{ready: make(chan struct{})} }
+
+// set installs the routes; once.
+func (l *lateRoutes) set(mux *http.ServeMux) {
+	l.mux = mux
+	close(l.ready)
+}
+
+func (l *lateRoutes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := time.NewTimer(lateRoutesWait)
+	defer t.Stop()
+	select {
+	case <-l.ready:
+		l.mux.ServeHTTP(w, r)
+	case <-t.C:
+		http.Error(w, "starting: the daemon waits for the warehouse (see /readyz); try again later", http.StatusServiceUnavailable)
+	case <-r.Context().Done():
+	}
 }
