@@ -78,6 +78,7 @@ type Sync struct {
 	PartialLookback   time.Duration `koanf:"partial_lookback"`        // partial responses are re-read this far back
 	PartialRescan     time.Duration `koanf:"partial_rescan_interval"` // how often that whole lookback is re-read
 	ReconcileInterval time.Duration `koanf:"reconcile_interval"`      // 0 disables the deletion/status reconcile pass
+	EraseDeleted      bool          `koanf:"erase_deleted"`           // a response deleted at the source is erased physically (docs/privacy.md)
 	BackfillFrom      time.Time     `koanf:"backfill_from"`           // where a new stream's watermark starts
 	FetchConcurrency  int           `koanf:"fetch_concurrency"`       // response details fetched at once
 	Batch             Batch         `koanf:"batch"`

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -849,6 +850,47 @@ func TestUnsupportedObjectStores(t *testing.T) {
 	}
 	_, err := Load("testdata/good/minimal.yaml", append(env, "SURVEYSYNC_FILES__AZBLOB__ACCOUNT_KEY=k"), nil)
 	check("env", err, "files.azblob in environment variable SURVEYSYNC_FILES__AZBLOB__ACCOUNT_KEY")
+}
+
+// TestHAExampleLoads: examples/ha.yaml in place of examples/surveysync.yaml's
+// ha section,
+// loaded as two daemons with their instance names from the environment:
+// both elect under one root, with the example's servers and timeout.
+func TestHAExampleLoads(t *testing.T) {
+	base, err := os.ReadFile(exampleFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha, err := os.ReadFile("../examples/ha.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example's own ha section (no election) gives way to ha.yaml's.
+	text := string(base)
+	i, j := strings.Index(text, "\nha:\n"), strings.Index(text, "\nlog:\n")
+	if i < 0 || j < i {
+		t.Fatal("examples/surveysync.yaml: no ha section before log")
+	}
+	text = text[:i+1] + string(ha) + text[j:]
+	path := filepath.Join(t.TempDir(), "ha.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var roots []string
+	for _, inst := range []string{"surveysync-0", "surveysync-1"} {
+		c, err := Load(path, append(slices.Clone(exampleEnv), "SURVEYSYNC_HA__INSTANCE="+inst), nil)
+		if err != nil {
+			t.Fatalf("examples/surveysync.yaml with examples/ha.yaml:\n%v", err)
+		}
+		if !c.HA.Enabled() || !slices.Equal(c.HA.Servers, []string{"zk1:2181", "zk2:2181", "zk3:2181"}) ||
+			c.HA.SessionTimeout != 10*time.Second || c.HA.Instance != inst {
+			t.Errorf("ha not as written: %+v", c.HA)
+		}
+		roots = append(roots, c.HARoot())
+	}
+	if roots[0] != roots[1] || !strings.HasPrefix(roots[0], "/surveysync/") {
+		t.Errorf("the two daemons elect under %v", roots)
+	}
 }
 
 func TestSurveysExclude(t *testing.T) {

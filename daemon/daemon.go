@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/erase"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/sink/blob"
@@ -197,17 +198,21 @@ type parts struct {
 	poller  *poll.Poller
 	book    *surveyBook
 	copier  *blob.Copier
+	eraser  *erase.Service // nil when the warehouse cannot erase
 	rx      *webhookrx.Receiver
 	feeds   *feedSlot // the feed runner, replaced at a reload
 	health  *health
-	elector *ha.Elector  // nil without ha: this daemon leads
-	access  *accessWatch // the poller's lister: which surveys answer 403
-	log     *slog.Logger
-	cfg     *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
-	surveys []int64
-	exclude *excludeList
-	where   string
-	close   func() error // closes the files store
+	elector *ha.Elector // nil without ha: this daemon leads
+	// eraseDeleted: a response deleted at the source is erased
+	// (sync.erase_deleted).
+	eraseDeleted bool
+	access       *accessWatch // the poller's lister: which surveys answer 403
+	log          *slog.Logger
+	cfg          *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
+	surveys      []int64
+	exclude      *excludeList
+	where        string
+	close        func() error // closes the files store
 }
 
 // assemble builds the components: the files copier, the survey book, the
@@ -240,7 +245,23 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if d.book, err = newSurveyBook(ctx, wh, log.With("component", "surveys")); err != nil {
 		return nil, err
 	}
-	d.pipe = newPipeline(cfg, d.onResponse, policy.Fetcher(client), wh, log, reg)
+	// Tombstones are honoured whether or not sync.erase_deleted is on: an
+	// erase command may have written them.
+	eraser, closeEraser, err := NewEraser(ctx, cfg, wh, log)
+	if err != nil {
+		return nil, fmt.Errorf("erase: %w", err)
+	}
+	closeStore := d.close
+	d.eraser, d.close = eraser, func() error { return errors.Join(closeEraser(), closeStore()) }
+	if cfg.Sync.EraseDeleted && eraser == nil {
+		return nil, fmt.Errorf("sync.erase_deleted: %s cannot erase responses", wh.String())
+	}
+	d.eraseDeleted = cfg.Sync.EraseDeleted
+	var erased func(int64, survey.GUID) bool
+	if eraser != nil {
+		erased = eraser.Erased
+	}
+	d.pipe = newPipeline(cfg, d.onResponse, erased, policy.Fetcher(client), wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
 	d.access = newAccessWatch(client)
 	d.health.access = func() error { return tokenState(nil, d.access) }
@@ -251,7 +272,7 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	d.surveys = pollingSet(cfg, d.book)
 	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.access, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, wh, &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
+		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
@@ -277,8 +298,14 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 // poller is set before the pipeline runs.
 func (d *parts) onResponse(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response) {
 	// The poller need not fetch again what is written, whoever sent it.
-	if r == nil {
+	if r == nil || (d.eraseDeleted && r.ResponseStatus == survey.StatusDeleted) {
 		d.poller.Observe(surveyID, responseID, survey.StatusDeleted)
+		if d.eraseDeleted {
+			// The erasure removes the rows and the files; the copier
+			// would write index rows of them again.
+			d.eraser.Deleted(ctx, surveyID, responseID)
+			return
+		}
 		if d.copier != nil && d.leading() {
 			d.copier.MarkDeleted(surveyID, responseID)
 		}
@@ -344,14 +371,14 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 }
 
 // waitSynced reports whether the poller's first pass ended and the copier
-// drained before ctx did.
+// and the eraser drained before ctx did.
 func (d *parts) waitSynced(ctx context.Context) bool {
 	select {
 	case <-d.poller.FirstPassDone():
 	case <-ctx.Done():
 		return false
 	}
-	for d.copier != nil && !d.copier.Drained() {
+	for (d.copier != nil && !d.copier.Drained()) || (d.eraser != nil && !d.eraser.Idle()) {
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():

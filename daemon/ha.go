@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -20,6 +21,11 @@ import (
 // HAStatusPath serves the election's state (ha.Status) as JSON on the
 // metrics listener, for surveysync status; 404 without ha.
 const HAStatusPath = "/status/ha"
+
+// HALeaderPath answers 200 on the leader and 503 elsewhere (404 without
+// ha): the health check for a load balancer in front of the http feeds,
+// whose listeners are open on the leader only.
+const HALeaderPath = "/status/ha/leader"
 
 // newElector builds the elector of ha.servers; nil without them.
 func newElector(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (*ha.Elector, error) {
@@ -83,6 +89,9 @@ func (d *parts) leaderWork(ctx context.Context, withCopier bool) error {
 	if withCopier && d.copier != nil {
 		g.Go(func() error { return d.copier.Run(ctx) })
 	}
+	if d.eraser != nil { // the leader erases; every daemon honours the tombstones it loaded at start
+		g.Go(func() error { return d.eraser.Run(ctx) })
+	}
 	return g.Wait()
 }
 
@@ -95,5 +104,15 @@ func serveHAStatus(mux *http.ServeMux, e *ha.Elector) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(e.Status())
+	})
+	mux.HandleFunc("GET "+HALeaderPath, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case e == nil:
+			http.Error(w, "no ha", http.StatusNotFound)
+		case e.Leading():
+			_, _ = io.WriteString(w, "leader\n")
+		default:
+			http.Error(w, "follower: leader work (polling, feeds and their listeners, file copies) runs on the leader", http.StatusServiceUnavailable)
+		}
 	})
 }

@@ -39,9 +39,10 @@ const ResyncPath = "/admin/resync"
 const adminHeader = "X-Surveysync-Admin"
 
 // newPipeline is the pipeline of a daemon or of a one-shot resync.
-func newPipeline(cfg *config.Config, onResponse func(context.Context, int64, survey.GUID, *survey.Response), f pipeline.Fetcher, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *pipeline.Pipeline {
+func newPipeline(cfg *config.Config, onResponse func(context.Context, int64, survey.GUID, *survey.Response), erased func(int64, survey.GUID) bool, f pipeline.Fetcher, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *pipeline.Pipeline {
 	return pipeline.New(pipeline.Options{
 		OnResponse:       onResponse,
+		Erased:           erased, // tombstones (erase): acknowledged without a read or a write
 		FetchConcurrency: cfg.Sync.FetchConcurrency,
 		MaxRows:          cfg.Sync.Batch.MaxRows,
 		MaxBytes:         int(cfg.Sync.Batch.MaxBytes),
@@ -94,6 +95,17 @@ func ResyncOnce(ctx context.Context, cfg *config.Config, log *slog.Logger, surve
 	if err != nil {
 		return poll.ResyncJob{}, err
 	}
+	// Erased responses stay erased: a resync acknowledges their tombstones
+	// without reading or writing them, as the daemon does.
+	eraser, closeEraser, err := NewEraser(ctx, cfg, wh, log)
+	if err != nil {
+		return poll.ResyncJob{}, fmt.Errorf("erase: %w", err)
+	}
+	defer func() { _ = closeEraser() }()
+	var erased func(int64, survey.GUID) bool
+	if eraser != nil {
+		erased = eraser.Erased
+	}
 	var poller *poll.Poller
 	pipe := newPipeline(cfg, func(_ context.Context, id int64, rid survey.GUID, r *survey.Response) {
 		st := survey.StatusDeleted
@@ -101,7 +113,7 @@ func ResyncOnce(ctx context.Context, cfg *config.Config, log *slog.Logger, surve
 			st = r.ResponseStatus
 		}
 		poller.Observe(id, rid, st)
-	}, policy.Fetcher(client), wh, log, reg)
+	}, erased, policy.Fetcher(client), wh, log, reg)
 	poller = newPoller(cfg, nil, nil, client, client, pipe, wh, log, reg)
 	if err := poller.LoadStates(ctx); err != nil {
 		return poll.ResyncJob{}, err

@@ -17,6 +17,7 @@ type metrics struct {
 	rejects      prometheus.Counter
 	rejected     *prometheus.CounterVec
 	unchanged    prometheus.Counter
+	erased       prometheus.Counter
 	queue        *prometheus.GaugeVec
 	flushes      *prometheus.CounterVec
 	batchRows    *prometheus.HistogramVec
@@ -61,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "surveysync_rejected_total",
 			Help: "Responses given up on and recorded in the reject store (table rejects, or rejects/*.jsonl), by stage (fetch, flatten, write) and reason.",
 		}, []string{"stage", "reason"}),
+		erased: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "surveysync_pipeline_responses_erased_skipped_total",
+			Help: "Responses submitted again after they were erased (a tombstone): acknowledged without being read or written.",
+		}),
 		unchanged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "surveysync_pipeline_responses_unchanged_total",
 			Help: "Re-read responses whose detail had not changed since this process wrote it: acknowledged without a write.",
@@ -136,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rejected.WithLabelValues(sr[0], sr[1])
 	}
 	if reg != nil {
-		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.rejected, m.unchanged, m.queue, m.flushes,
+		reg.MustRegister(m.submitted, m.written, m.fetchErrors, m.rejects, m.rejected, m.unchanged, m.erased, m.queue, m.flushes,
 			m.batchRows, m.rowsWritten, m.writeErrors, m.writeFailing, m.writeSeconds, m.fetchSeconds,
 			m.surveyResponses, m.surveyAnswers, m.newest)
 	}

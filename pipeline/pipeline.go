@@ -80,6 +80,11 @@ type Options struct {
 	// durable (the file copier uses it); r is nil when the service answered
 	// 404 (the response was removed). It must not block for long.
 	OnResponse func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response)
+	// Erased, when set, is consulted before a response is fetched: a
+	// response it reports (its tombstone: sync.erase_deleted, surveysync
+	// erase) is acknowledged without being read or written. It must be
+	// fast (an in-memory lookup).
+	Erased func(surveyID int64, responseID survey.GUID) bool
 }
 
 // Defaults of zero Options fields (config's sync.fetch_concurrency and
@@ -302,6 +307,11 @@ func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- fetched) error {
 			return ctx.Err()
 		}
 		p.m.queue.WithLabelValues("fetch").Set(float64(len(p.in)))
+		if p.o.Erased != nil && p.o.Erased(r.SurveyID, r.ResponseID) {
+			p.m.erased.Inc()
+			r.Done(nil)
+			continue
+		}
 		f, err := p.fetch(ctx, r)
 		if err == nil && f.unchanged {
 			p.m.unchanged.Inc()

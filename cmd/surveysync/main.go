@@ -52,6 +52,7 @@ Usage:
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
   surveysync resync --survey ID [--from DATE] [--to DATE]   read a survey's responses of a range again and write them as new versions
   surveysync export --survey ID [--output FILE] [--since TIME] [--bom] [--table T]   a survey's wide view (or long table) as CSV or Parquet (from ClickHouse, else the Parquet files)
+  surveysync erase --survey S --response ID | --contact ID   erase responses physically, audited (docs/privacy.md)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -169,6 +170,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return query(ctx, cfg, q, stdout, stderr)
 	case "feed":
 		return feedCLI(ctx, rest, stdout, stderr)
+	case "erase":
+		return eraseCLI(ctx, rest, stdout, stderr)
 	case "views":
 		var f viewsFlags
 		cfg, _, code := load(command{name: "views", configFlags: sinkFlags,

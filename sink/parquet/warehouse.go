@@ -17,14 +17,16 @@ import (
 // dirWarehouse is the Parquet sink with its other parts in files beside the
 // data: the uploaded-files index in <dir>/uploaded_files.db and the feed
 // ledger in <dir>/_feeds/ledger.db (bbolt databases; the former JSONL files
-// are imported), each opened on first use. It has no inventory
-// (no reconcile), no webhook log and no query connection.
+// are imported), each opened on first use; its inventory and erasure are in
+// erase.go. It has no webhook log and no query connection.
 type dirWarehouse struct {
 	*Sink
 
 	mu     sync.Mutex // guards the parts
 	index  *FileIndex
 	ledger *FileLedger
+
+	eraseMu sync.Mutex // serialises appends to the erasures log
 }
 
 // OpenWarehouse opens the Parquet warehouse in o.Dir.
@@ -66,9 +68,8 @@ func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 	return w.ledger, nil
 }
 
-func (w *dirWarehouse) Inventory() warehouse.Inventory { return nil }
-func (w *dirWarehouse) WebhookLog() record.WebhookLog  { return nil }
-func (w *dirWarehouse) QueryConn() record.QueryConn    { return nil }
+func (w *dirWarehouse) WebhookLog() record.WebhookLog { return nil }
+func (w *dirWarehouse) QueryConn() record.QueryConn   { return nil }
 
 // Leases is nil: the daemon locks the folder instead (internal/dirlock).
 func (w *dirWarehouse) Leases() warehouse.Leases { return nil }

@@ -15,8 +15,11 @@ func TestWarehouseParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Inventory() != nil || w.WebhookLog() != nil || w.QueryConn() != nil {
-		t.Error("the Parquet warehouse has no inventory, webhook log or query connection")
+	if w.WebhookLog() != nil || w.QueryConn() != nil {
+		t.Error("the Parquet warehouse has no webhook log or query connection")
+	}
+	if w.Inventory() == nil || w.Eraser() == nil {
+		t.Error("the Parquet warehouse has an inventory and erases (issue 23)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "uploaded_files.db")); !os.IsNotExist(err) {
 		t.Errorf("the file index exists before its first use: %v", err)

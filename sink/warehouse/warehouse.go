@@ -35,6 +35,9 @@ type Warehouse interface {
 	Inventory() Inventory
 	// WebhookLog is nil when the backend keeps no webhook log.
 	WebhookLog() record.WebhookLog
+	// Eraser is nil when the backend cannot erase responses physically
+	// (sync.erase_deleted, surveysync erase).
+	Eraser() Eraser
 	// QueryConn is nil when the backend cannot run queries
 	// (clickhouse_query feeds need one).
 	QueryConn() record.QueryConn

@@ -457,6 +457,17 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 
 	var wg sync.WaitGroup
 	systemic := make([]bool, len(chunk))
+	// The lease once more once the intents are durable: their write may
+	// have outlasted it, and a next leader that read the ledger before
+	// them would push the same rows. With the lease held here, any next
+	// leader reads these intents (it starts a session timeout after our
+	// last contact with ZooKeeper, we stop at half of it), so the calls
+	// below are safe even if they run late. Rows not called keep their open
+	// intents: the next leader reports them uncertain, or pushes them if it
+	// read the ledger before them; never a second create.
+	if !b.dry && !f.isLeading() {
+		return b.finishNotLeading(chunk)
+	}
 	for i := range chunk {
 		f.calls <- struct{}{}
 		wg.Add(1)
@@ -526,6 +537,26 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 			f.opts.Name, outage, firstSystemic(entries, systemic))
 	}
 	return nil
+}
+
+// errNotCalled is the reason of a row whose intent was recorded but whose
+// create call was not made: the lease lapsed in between.
+const errNotCalled = "not pushed: this daemon lost the lead after recording the intent; the next leader pushes it or reports it uncertain (docs/feeds.md)"
+
+// finishNotLeading ends a chunk not called because the lease lapsed while
+// its intents were written: the intents stay open, the rows are reported
+// uncertain, the chunk fails with ErrNotLeading.
+func (b *batchRun) finishNotLeading(chunk []pending) error {
+	f := b.f
+	f.mu.Lock()
+	for _, p := range chunk {
+		f.keys[p.id] = kUncertain
+	}
+	f.mu.Unlock()
+	for _, p := range chunk {
+		b.result(RowResult{Line: p.line, Key: p.key, Outcome: OutcomeUncertain, Reason: errNotCalled})
+	}
+	return ErrNotLeading
 }
 
 func firstSystemic(entries []ContactEntry, systemic []bool) string {
@@ -624,6 +655,12 @@ func (b *batchRun) send(ctx context.Context) error {
 		delete(f.sends, b.id)
 		f.mu.Unlock()
 		return fmt.Errorf("feed %s: record send intent: %w", f.opts.Name, err)
+	}
+	if !f.isLeading() {
+		// The lease lapsed while the intent was written: the intent stays
+		// open (the next leader reports it uncertain or, having read the
+		// ledger before it, triggers the send itself): never two sends.
+		return ErrNotLeading
 	}
 	req := survey.SendRequest{}
 	if when != nil {

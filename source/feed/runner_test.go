@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -808,5 +810,80 @@ func TestLeadershipLostMidFile(t *testing.T) {
 	checkExactlyOnce(t, pushedIDs(t, svc), good)
 	if n := len(svc.Sends()); n != 1 {
 		t.Fatalf("sends %d", n)
+	}
+}
+
+// leaseLapsingLedger turns leading false right after the first intents it
+// records: the lease lapsed while the intents were written.
+type leaseLapsingLedger struct {
+	feed.Ledger
+	leading *atomic.Bool
+	once    sync.Once
+}
+
+func (l *leaseLapsingLedger) RecordContacts(ctx context.Context, es []feed.ContactEntry) error {
+	err := l.Ledger.RecordContacts(ctx, es)
+	if len(es) > 0 && es[0].State == feed.StateIntent {
+		l.once.Do(func() { l.leading.Store(false) })
+	}
+	return err
+}
+
+// TestLeaseLapsedDuringIntentWrite: Leading is asked again before each
+// create call, so a daemon whose lease lapsed while it wrote a chunk's
+// intents creates nothing of that chunk (the intents stay open) and triggers
+// no send; the next leader reports those rows uncertain and pushes the rest
+// once.
+func TestLeaseLapsedDuringIntentWrite(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir, ledgerDir := t.TempDir(), t.TempDir()
+	o := csvFeed(dir)
+	o.ChunkRows = 50
+	var leading atomic.Bool
+	leading.Store(true)
+	fl, err := parquet.NewFileLedger(ledgerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
+		Ledger: &leaseLapsingLedger{Ledger: fl, leading: &leading},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leading: leading.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := genCSV(t, filepath.Join(dir, "small.csv"), 200, false)
+	if err := a.RunOnce(context.Background(), "crm"); !errors.Is(err, feed.ErrNotLeading) {
+		t.Fatalf("RunOnce: %v, want ErrNotLeading", err)
+	}
+	if n := len(svc.Contacts(dist)); n != 0 {
+		t.Fatalf("a created %d contacts after its lease lapsed", n)
+	}
+	if n := len(svc.Sends()); n != 0 {
+		t.Fatalf("a triggered %d sends", n)
+	}
+	fl.Close()
+	b := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
+	if err := b.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	got := pushedIDs(t, svc)
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s pushed %d times", id, n)
+		}
+	}
+	// The chunks a had begun (their intents recorded, not called) are
+	// uncertain, whole chunks of 50; every other row is pushed once.
+	r := report(t, dir, "done")
+	if len(r) != 1 {
+		t.Fatalf("reports %+v", r)
+	}
+	s := r[0].Summary
+	if s.Uncertain == 0 || s.Uncertain%50 != 0 || int(s.Pushed) != len(got) || len(got)+int(s.Uncertain) != len(good) {
+		t.Errorf("b: %+v; %d created of %d", s, len(got), len(good))
+	}
+	if n := len(svc.Sends()); n != 1 {
+		t.Errorf("sends %d", n)
 	}
 }

@@ -216,14 +216,22 @@ func matches(selector, labels map[string]string) bool {
 
 func TestSingleDaemonManifests(t *testing.T) {
 	_, m := loadBase(t)
+	sts, _ := checkDaemon(t, m, nil)
+	if *sts.Spec.Replicas != 1 {
+		t.Errorf("replicas %d: the single-daemon base runs one (HA is an overlay)", *sts.Spec.Replicas)
+	}
+}
+
+// checkDaemon checks the manifests of one StatefulSet of daemons (base or
+// overlay) and returns it with the configuration its pods load (extraEnv:
+// values of the pod's valueFrom variables, made up).
+func checkDaemon(t *testing.T, m manifests, extraEnv []string) (appsv1.StatefulSet, *config.Config) {
+	t.Helper()
 	if len(m.statefulSets) != 1 || len(m.configMaps) != 1 || len(m.podMonitors) != 1 {
 		t.Fatalf("want one StatefulSet, ConfigMap and PodMonitor; have %d, %d, %d", len(m.statefulSets), len(m.configMaps), len(m.podMonitors))
 	}
 	sts, cm := m.statefulSets[0], m.configMaps[0]
 	pod := sts.Spec.Template
-	if *sts.Spec.Replicas != 1 {
-		t.Errorf("replicas %d: the single-daemon base runs one (HA is an overlay)", *sts.Spec.Replicas)
-	}
 	if !matches(sts.Spec.Selector.MatchLabels, pod.Labels) {
 		t.Errorf("StatefulSet selector %v does not select its pods %v", sts.Spec.Selector.MatchLabels, pod.Labels)
 	}
@@ -295,6 +303,7 @@ func TestSingleDaemonManifests(t *testing.T) {
 		env = append(env, e.Name+"="+e.Value)
 	}
 	env = append(env, "SURVEYSYNC_API__TOKEN=test-token", "SURVEYSYNC_WEBHOOKS__PATH=/hooks/0123456789abcdef0123456789abcdef")
+	env = append(env, extraEnv...)
 	dir := t.TempDir()
 	path := filepath.Join(dir, key)
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
@@ -413,6 +422,7 @@ func TestSingleDaemonManifests(t *testing.T) {
 	if ep.Port == nil || ports[*ep.Port] != portOf(t, cfg.Metrics.Listen) || ep.Path != "/metrics" {
 		t.Errorf("PodMonitor scrapes port %q path %q; want the metrics port, /metrics", ptr(ep.Port), ep.Path)
 	}
+	return sts, cfg
 }
 
 func ptr(s *string) string {

@@ -12,6 +12,8 @@ import (
 	"github.com/chdb-io/chdb-go/chdb"
 
 	"github.com/surveysync/surveysync/sink/clickhouse"
+	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/survey"
 )
 
 var session *chdb.Session
@@ -291,5 +293,45 @@ func TestWideViewOnCurrentClickHouse(t *testing.T) {
 	types := query(t, fmt.Sprintf("SELECT arrayStringConcat(groupArray(type), ',') FROM (SELECT type FROM system.columns WHERE database = '%s' AND table = 'survey_42' AND name LIKE 'v%%' ORDER BY position)", wdb))
 	if types != "String,Array(String),String,String,Nullable(Int64),String,Nullable(Int64),Nullable(Int64)" {
 		t.Errorf("column types %s", types)
+	}
+}
+
+// TestEraseOnCurrentClickHouse: the erasure statements of sink/clickhouse
+// (issue 23) run on a current ClickHouse, both as mutations (what 18.16
+// runs) and as lightweight DELETE (what 23.3 and later run), and remove the
+// erased response's rows from every table and nothing else.
+func TestEraseOnCurrentClickHouse(t *testing.T) {
+	for _, lightweight := range []bool{false, true} {
+		edb := fmt.Sprintf("surveysync_chdb_erase_%t", lightweight)
+		stmts, err := clickhouse.SchemaDDL(edb, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range stmts {
+			query(t, stmt)
+		}
+		for n := 1; n <= 2; n++ {
+			query(t, fmt.Sprintf("INSERT INTO %s.responses (response_id, survey_id, date_created, _version) VALUES ('%s', 42, now(), 1)", edb, guid(n)))
+			query(t, fmt.Sprintf("INSERT INTO %s.answers (response_id, survey_id, _version) VALUES ('%s', 42, 1), ('%s', 42, 1)", edb, guid(n), guid(n)))
+			query(t, fmt.Sprintf("INSERT INTO %s.uploaded_files (file_id, response_id, survey_id) VALUES ('%s', '%s', 42)", edb, guid(100+n), guid(n)))
+			query(t, fmt.Sprintf("INSERT INTO %s.webhook_events (event_id, survey_id, response_id, received_at) VALUES ('e%d', 42, '%s', now())", edb, n, guid(n)))
+			query(t, fmt.Sprintf("INSERT INTO %s.rejects (survey_id, response_id, rejected_at) VALUES (42, '%s', now())", edb, strings.ToUpper(guid(n))))
+		}
+		erase, err := clickhouse.EraseSQL(edb, lightweight, []warehouse.ResponseKey{{SurveyID: 42, ResponseID: survey.GUID(guid(1))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range erase {
+			if lightweight != strings.HasPrefix(stmt, "DELETE FROM") {
+				t.Fatalf("lightweight %t: %s", lightweight, stmt)
+			}
+			query(t, stmt+" SETTINGS mutations_sync = 1")
+		}
+		for _, table := range []string{"responses", "answers", "uploaded_files", "webhook_events", "rejects"} {
+			got := query(t, fmt.Sprintf("SELECT countIf(lower(toString(response_id)) = '%s'), countIf(lower(toString(response_id)) = '%s') FROM %s.%s", guid(1), guid(2), edb, table))
+			if got != "0\t1" && !(table == "answers" && got == "0\t2") {
+				t.Errorf("lightweight %t: %s: erased, kept rows = %q", lightweight, table, got)
+			}
+		}
 	}
 }

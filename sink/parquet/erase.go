@@ -1,0 +1,468 @@
+package parquet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/surveysync/surveysync/internal/atomicfile"
+	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/survey"
+)
+
+// Deletions and erasure in the Parquet warehouse (issue 23,
+// docs/privacy.md):
+//
+//   - Inventory reads a survey's responses files (ReadCurrent), so the
+//     poller's reconcile pass finds responses deleted at the source and
+//     writes their deletion rows: they leave the *_current queries as in
+//     ClickHouse.
+//   - Erasure rewrites every responses and answers file holding a row of
+//     an erased response without those rows (a new file, so its footer and
+//     page statistics are computed afresh from the rows that remain; a file
+//     left with no row is removed), and every rejects file naming it. Each
+//     file is replaced atomically (temporary file, fsync, rename, fsync
+//     folder): a run killed midway leaves every file whole, and the next
+//     run finds what is left.
+//   - The audit rows and tombstones are _state/erasures.jsonl, one JSON
+//     object per line, appended and fsynced; the latest line of a response
+//     wins.
+
+// erasuresFile is the audit log's name under _state.
+const erasuresFile = "erasures.jsonl"
+
+// Inventory returns w: it reads the responses files.
+func (w *dirWarehouse) Inventory() warehouse.Inventory { return w }
+
+// Eraser returns w: it rewrites files.
+func (w *dirWarehouse) Eraser() warehouse.Eraser { return w }
+
+// CurrentResponses reads the survey's responses files and returns the
+// responses whose latest version is not a deletion, with their status.
+func (w *dirWarehouse) CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error) {
+	cur, err := ReadCurrent(ctx, w.dir, surveyID)
+	if err != nil {
+		return nil, fmt.Errorf("parquet sink: read current responses of survey %d: %w", surveyID, err)
+	}
+	out := make(map[survey.GUID]string, len(cur.Responses))
+	for id, r := range cur.Responses {
+		if !r.Deleted && r.SurveyID == surveyID {
+			out[survey.GUID(id)] = r.Status
+		}
+	}
+	return out, nil
+}
+
+// HasResponse reports whether the response is current (written, latest
+// version not a deletion). It reads the survey's responses files.
+func (w *dirWarehouse) HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error) {
+	cur, err := w.CurrentResponses(ctx, surveyID)
+	if err != nil {
+		return false, err
+	}
+	_, ok := cur[id]
+	return ok, nil
+}
+
+type erasureEntry struct {
+	SurveyID    int64     `json:"survey_id"`
+	ResponseID  string    `json:"response_id"`
+	Reason      string    `json:"reason"`
+	State       string    `json:"state"`
+	RequestedAt time.Time `json:"requested_at"`
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+	Erased      string    `json:"erased"`
+}
+
+// RecordErasures appends audit rows to _state/erasures.jsonl and fsyncs it.
+func (w *dirWarehouse) RecordErasures(_ context.Context, es []warehouse.Erasure) error {
+	if len(es) == 0 {
+		return nil
+	}
+	var raw []byte
+	for _, e := range es {
+		line, err := json.Marshal(erasureEntry{SurveyID: e.SurveyID, ResponseID: string(e.ResponseID), Reason: e.Reason, State: e.State,
+			RequestedAt: e.RequestedAt.UTC(), CompletedAt: e.CompletedAt.UTC(), Erased: e.Erased})
+		if err != nil {
+			return fmt.Errorf("parquet sink: encode an erasure of survey %d: %w", e.SurveyID, err)
+		}
+		raw = append(append(raw, line...), '\n')
+	}
+	path := filepath.Join(w.dir, stateDirName, erasuresFile)
+	w.eraseMu.Lock()
+	defer w.eraseMu.Unlock()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("parquet sink: %w", err)
+	}
+	if _, err := f.Write(raw); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("parquet sink: append to %s: %w", path, err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("parquet sink: sync %s: %w", path, err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(path))
+}
+
+// Erasures reads _state/erasures.jsonl: the latest row of each response. A
+// torn last line (a crash while appending) is skipped.
+func (w *dirWarehouse) Erasures(context.Context) ([]warehouse.Erasure, error) {
+	path := filepath.Join(w.dir, stateDirName, erasuresFile)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parquet sink: %w", err)
+	}
+	latest := map[warehouse.ResponseKey]warehouse.Erasure{}
+	var order []warehouse.ResponseKey
+	for n, line := range bytes.Split(raw, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var e erasureEntry
+		if err := json.Unmarshal(line, &e); err != nil {
+			w.log.Warn("parquet sink: skipped an unreadable line of the erasures log (a write cut short)", "path", path, "line", n+1)
+			continue
+		}
+		k := warehouse.ResponseKey{SurveyID: e.SurveyID, ResponseID: survey.GUID(e.ResponseID)}
+		if _, ok := latest[k]; !ok {
+			order = append(order, k)
+		}
+		latest[k] = warehouse.Erasure{ResponseKey: k, Reason: e.Reason, State: e.State, RequestedAt: e.RequestedAt, CompletedAt: e.CompletedAt, Erased: e.Erased}
+	}
+	out := make([]warehouse.Erasure, 0, len(order))
+	for _, k := range order {
+		out = append(out, latest[k])
+	}
+	return out, nil
+}
+
+// EraseRows rewrites the responses and answers files and the rejects
+// files that hold rows of keys without them, and returns the rows removed
+// per table. uploaded_files.jsonl and the feed ledger are not rewritten
+// (docs/privacy.md).
+func (w *dirWarehouse) EraseRows(ctx context.Context, keys []warehouse.ResponseKey) (map[string]int64, error) {
+	ids := map[string]bool{}
+	surveys := map[int64]bool{}
+	for _, k := range keys {
+		ids[strings.ToLower(string(k.ResponseID))] = true
+		surveys[k.SurveyID] = true
+	}
+	found := map[string]int64{}
+	// Answers first, as Write: a visible responses row keeps its answers.
+	for _, table := range []string{flatten.TableAnswers, flatten.TableResponses} {
+		var paths []string
+		for sid := range surveys {
+			ps, err := filepath.Glob(filepath.Join(w.dir, table, fmt.Sprintf("survey_id=%d", sid), "date=*", "*.parquet"))
+			if err != nil {
+				return found, err
+			}
+			paths = append(paths, ps...)
+		}
+		sort.Strings(paths)
+		found[table] = 0
+		for _, p := range paths {
+			if err := ctx.Err(); err != nil {
+				return found, err
+			}
+			n, err := w.rewriteWithout(ctx, p, ids)
+			if err != nil {
+				return found, fmt.Errorf("parquet sink: erase from %s: %w", p, err)
+			}
+			found[table] += n
+		}
+	}
+	n, err := w.eraseRejects(ids)
+	found["rejects"] = n
+	return found, err
+}
+
+// rewriteWithout replaces the file at path by one without the rows whose
+// response_id is in ids, removes it when no row remains, and returns the
+// rows removed; a file with none of them is left alone.
+func (w *dirWarehouse) rewriteWithout(ctx context.Context, path string, ids map[string]bool) (int64, error) {
+	keep, drop, err := w.matchRows(ctx, path, ids)
+	if err != nil || drop == 0 {
+		return 0, err
+	}
+	if keep == 0 {
+		if err := os.Remove(path); err != nil {
+			return 0, err
+		}
+		return drop, atomicfile.SyncDir(filepath.Dir(path))
+	}
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return 0, err
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
+	if err != nil {
+		return 0, err
+	}
+	schema, err := fr.Schema()
+	if err != nil {
+		return 0, err
+	}
+	idCol := schema.FieldIndices("response_id")
+	if len(idCol) != 1 {
+		return 0, errors.New("no response_id column: not a surveysync file")
+	}
+	rr, err := fr.GetRecordReader(ctx, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rr.Release()
+	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
+		bw := bufio.NewWriterSize(f, 256<<10)
+		props := parquet.NewWriterProperties(parquet.WithCompression(w.codec), parquet.WithAllocator(w.mem), parquet.WithCreatedBy("surveysync"))
+		pw, err := pqarrow.NewFileWriter(schema, bw, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(w.mem)))
+		if err != nil {
+			return err
+		}
+		for rr.Next() {
+			rec := rr.RecordBatch()
+			col, ok := rec.Column(idCol[0]).(*array.String)
+			if !ok {
+				_ = pw.Close()
+				return errors.New("response_id is not a string column: not a surveysync file")
+			}
+			if err := writeKept(pw, rec, col, ids); err != nil {
+				_ = pw.Close()
+				return err
+			}
+		}
+		if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+			_ = pw.Close()
+			return err
+		}
+		if err := pw.Close(); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return 0, err
+	}
+	return drop, nil
+}
+
+// writeKept writes the runs of rec's rows whose id is not in ids.
+func writeKept(pw *pqarrow.FileWriter, rec arrow.RecordBatch, col *array.String, ids map[string]bool) error {
+	n := int(rec.NumRows())
+	start := -1
+	flush := func(end int) error {
+		if start < 0 {
+			return nil
+		}
+		s := rec.NewSlice(int64(start), int64(end))
+		defer s.Release()
+		start = -1
+		return pw.WriteBuffered(s)
+	}
+	for i := 0; i < n; i++ {
+		if ids[strings.ToLower(col.Value(i))] {
+			if err := flush(i); err != nil {
+				return err
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	return flush(n)
+}
+
+// matchRows counts the rows of the file at path whose response_id is in
+// ids (drop) and the others (keep), reading that column only.
+func (w *dirWarehouse) matchRows(ctx context.Context, path string, ids map[string]bool) (keep, drop int64, err error) {
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
+	if err != nil {
+		return 0, 0, err
+	}
+	schema, err := fr.Schema()
+	if err != nil {
+		return 0, 0, err
+	}
+	idx := schema.FieldIndices("response_id")
+	if len(idx) != 1 {
+		return 0, 0, errors.New("no response_id column: not a surveysync file")
+	}
+	rr, err := fr.GetRecordReader(ctx, idx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rr.Release()
+	for rr.Next() {
+		col, ok := rr.RecordBatch().Column(0).(*array.String)
+		if !ok {
+			return 0, 0, errors.New("response_id is not a string column: not a surveysync file")
+		}
+		for i := 0; i < col.Len(); i++ {
+			if ids[strings.ToLower(col.Value(i))] {
+				drop++
+			} else {
+				keep++
+			}
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return 0, 0, err
+	}
+	return keep, drop, nil
+}
+
+// eraseRejects rewrites the rejects files naming one of ids without those
+// lines (removes a file left empty) and returns the lines removed.
+func (w *dirWarehouse) eraseRejects(ids map[string]bool) (int64, error) {
+	dir := filepath.Join(w.dir, rejectsDirName)
+	paths, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return 0, err
+	}
+	var removed int64
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return removed, fmt.Errorf("parquet sink: erase from %s: %w", p, err)
+		}
+		var kept []byte
+		var n int64
+		for _, line := range bytes.SplitAfter(raw, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			var e rejectEntry
+			if json.Unmarshal(line, &e) == nil && ids[strings.ToLower(e.ResponseID)] {
+				n++
+				continue
+			}
+			kept = append(kept, line...)
+		}
+		if n == 0 {
+			continue
+		}
+		if len(kept) == 0 {
+			err = errors.Join(os.Remove(p), atomicfile.SyncDir(dir))
+		} else {
+			err = atomicfile.WriteFile(p, kept, 0o600)
+		}
+		if err != nil {
+			return removed, fmt.Errorf("parquet sink: erase from %s: %w", p, err)
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// ResponsesOfContact scans the responses files for the contact.
+func (w *dirWarehouse) ResponsesOfContact(ctx context.Context, contactID int64, hash string) ([]warehouse.ResponseKey, error) {
+	paths, err := filepath.Glob(filepath.Join(w.dir, flatten.TableResponses, "survey_id=*", "date=*", "*.parquet"))
+	if err != nil {
+		return nil, err
+	}
+	seen := map[warehouse.ResponseKey]bool{}
+	var out []warehouse.ResponseKey
+	for _, p := range paths {
+		if err := w.contactRows(ctx, p, contactID, strings.ToLower(hash), func(k warehouse.ResponseKey) {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("parquet sink: find the responses of a contact in %s: %w", p, err)
+		}
+	}
+	return out, nil
+}
+
+func (w *dirWarehouse) contactRows(ctx context.Context, path string, contactID int64, hash string, add func(warehouse.ResponseKey)) error {
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
+	if err != nil {
+		return err
+	}
+	schema, err := fr.Schema()
+	if err != nil {
+		return err
+	}
+	var cols []int
+	for _, name := range []string{"response_id", "survey_id", "contact_id", "contact_id_hash"} {
+		idx := schema.FieldIndices(name)
+		if len(idx) != 1 {
+			if name == "contact_id_hash" { // files written before issue 23
+				continue
+			}
+			return fmt.Errorf("no column %q: not a surveysync responses file", name)
+		}
+		cols = append(cols, idx[0])
+	}
+	rr, err := fr.GetRecordReader(ctx, cols, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	for rr.Next() {
+		rec := rr.RecordBatch()
+		ids, ok1 := rec.Column(0).(*array.String)
+		surveys, ok2 := rec.Column(1).(*array.Int64)
+		contacts, ok3 := rec.Column(2).(*array.Int64)
+		if !(ok1 && ok2 && ok3) {
+			return errors.New("unexpected column types: not a surveysync responses file")
+		}
+		var hashes *array.String
+		if rec.NumCols() > 3 {
+			hashes, _ = rec.Column(3).(*array.String)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			match := false
+			if hash != "" {
+				match = hashes != nil && hashes.Value(i) == hash
+			} else {
+				match = contacts.IsValid(i) && contacts.Value(i) == contactID
+			}
+			if match {
+				add(warehouse.ResponseKey{SurveyID: surveys.Value(i), ResponseID: survey.GUID(ids.Value(i))})
+			}
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// EraseContact cannot erase from the Parquet warehouse's feed ledger yet:
+// it says so (the contact's responses are erased before it is called).
+func (w *dirWarehouse) EraseContact(context.Context, int64, string) (int64, error) {
+	return 0, errors.New("parquet sink: the feed ledger (_feeds/) cannot erase a contact yet: remove its lines by hand (docs/privacy.md)")
+}
