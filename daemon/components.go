@@ -50,12 +50,21 @@ func NewClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) 
 
 // OpenWarehouse opens ClickHouse when configured, else the Parquet
 // directory, with the privacy rules of its webhook log and feed ledger.
+// A command other than run leaves the Parquet folder's temporary files
+// alone: they may be a running daemon's writes in flight.
 func OpenWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
+	return openWarehouse(ctx, cfg, log, reg, false)
+}
+
+// openWarehouse is OpenWarehouse; owner says this process holds the
+// Parquet folder's lock (run), so the temporary files left by a crash
+// are its to remove.
+func openWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer, owner bool) (warehouse.Warehouse, error) {
 	p, err := newPolicy(cfg)
 	if err != nil {
 		return nil, err
 	}
-	wh, err := openBackend(ctx, cfg, log, reg)
+	wh, err := openBackend(ctx, cfg, log, reg, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +73,7 @@ func OpenWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, re
 
 // openBackend opens the warehouse's backend (OpenWarehouse adds the
 // privacy rules of its webhook log and feed ledger).
-func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
+func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer, owner bool) (warehouse.Warehouse, error) {
 	if len(cfg.ClickHouse.Addr) > 0 {
 		return clickhouse.OpenWarehouse(ctx, ClickHouseOptions(cfg, log, reg))
 	}
@@ -72,7 +81,7 @@ func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg 
 	if err != nil {
 		return nil, err
 	}
-	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet")})
+	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet"), KeepTempFiles: !owner})
 }
 
 // ClickHouseOptions maps the clickhouse section of the configuration onto

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -52,6 +53,10 @@ type Options struct {
 	// up, before the daemon stops: synced responses in all, and where the
 	// data is (the warehouse's String).
 	OnSynced func(synced int64, where string)
+	// Force starts although another daemon's lease on the ClickHouse
+	// database is live (run --force; guard.go). The Parquet folder's lock
+	// cannot be forced: its holder is alive by definition.
+	Force bool
 	// Reload reads the configuration again (the same file, environment
 	// and flags) at a SIGHUP (reload.go); nil: SIGHUP is not handled.
 	Reload func() (*config.Config, error)
@@ -94,20 +99,61 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	if err != nil {
 		return fmt.Errorf("api client: %w", err)
 	}
-	wh, err := OpenWarehouse(intakeCtx, cfg, log, reg)
-	if err != nil {
-		return fmt.Errorf("open sink: %w", err)
-	}
-	defer wh.Close()
-	d, err := assemble(intakeCtx, cfg, client, wh, log, reg)
+	// The single-instance guard (guard.go): the Parquet folder first,
+	// before anything writes to it.
+	dirLock, err := lockDataDir(cfg, log)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = d.close() }()
+	// SIGTERM while starting (waiting for the warehouse, say) is a clean
+	// stop, not a failure.
+	startFailed := func(err error) error {
+		if rootCtx.Err() != nil {
+			log.Info("stopped while starting", "err", err)
+			return nil
+		}
+		return err
+	}
+	defer func() { _ = dirLock.Unlock() }()
+	// The metrics listener answers while the start-up waits (startup.go):
+	// /healthz is up, /readyz says what it waits for.
+	h := &health{client: client, start: &startup{}}
+	late := newLateRoutes()
 	if cfg.Metrics.Listen != "" {
-		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, d.health, d.elector, log, d.serveResync); err != nil {
+		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, late, log); err != nil {
 			return err
 		}
+	}
+	if o.ExitWhenSynced && !cfg.Demo.Emulator.Enabled {
+		if err := checkAPIOnce(intakeCtx, cfg, log); err != nil {
+			return startFailed(err)
+		}
+	}
+	wh, err := openWarehouseWaiting(intakeCtx, cfg, log, reg, h.start, o.ExitWhenSynced)
+	if err != nil {
+		return startFailed(err)
+	}
+	defer wh.Close()
+	lease, err := takeLease(intakeCtx, cfg, wh, o.Force, o.Version, log, reg)
+	if err != nil {
+		return startFailed(err)
+	}
+	if lease != nil {
+		defer lease.start(svcCtx)() // released before the warehouse closes
+	}
+	d, err := assemble(intakeCtx, cfg, client, wh, log, reg)
+	if err != nil {
+		return startFailed(err)
+	}
+	defer func() { _ = d.close() }()
+	h.attach(d.health)
+	d.health = h
+	routes := http.NewServeMux()
+	serveHAStatus(routes, d.elector)
+	d.serveResync(routes)
+	late.set(routes)
+	if !o.ExitWhenSynced {
+		svc.Go(func() error { waitAPI(intakeCtx, cfg, h.start, log); return nil })
 	}
 	log.Info("surveysync started", "version", o.Version, "sink", wh.String(), "surveys", len(d.surveys), "api", cfg.API.BaseURL)
 
@@ -124,8 +170,8 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	})
 	workErr := work.Wait()
 	stop.Stop()
-	if intakeErr != nil {
-		return intakeErr
+	if intakeErr != nil && (rootCtx.Err() == nil || !errors.Is(intakeErr, context.Canceled)) {
+		return intakeErr // not an error of the stop itself (a source cancelled by SIGTERM)
 	}
 	if workErr != nil && !errors.Is(workErr, context.Canceled) {
 		return workErr
@@ -160,6 +206,7 @@ type parts struct {
 	// eraseDeleted: a response deleted at the source is erased
 	// (sync.erase_deleted).
 	eraseDeleted bool
+	access       *accessWatch // the poller's lister: which surveys answer 403
 	log          *slog.Logger
 	cfg          *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
 	surveys      []int64
@@ -216,9 +263,14 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	}
 	d.pipe = newPipeline(cfg, d.onResponse, erased, policy.Fetcher(client), wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
+	d.access = newAccessWatch(client)
+	d.health.access = func() error { return tokenState(nil, d.access) }
+	if err := registerTokenGauge(reg, client, d.access); err != nil {
+		return nil, err
+	}
 	d.exclude = newExcludeList(cfg.SurveysExclude, log.With("component", "webhooks"), reg)
 	d.surveys = pollingSet(cfg, d.book)
-	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.pipe, wh, log, reg)
+	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.access, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
 		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)

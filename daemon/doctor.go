@@ -48,8 +48,7 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 			defer client.Close()
 			err = client.Ping(ctx)
 		}
-		check("api token against "+cfg.API.BaseURL.String(), err,
-			"check api.token (SURVEYSYNC_API__TOKEN) and api.base_url; the account needs API access")
+		check("api token against "+cfg.API.BaseURL.String(), err, tokenFix)
 		if err == nil {
 			for _, id := range cfg.Surveys {
 				_, lerr := client.ListResponses(ctx, id, survey.ListQuery{Page: 1, PerPage: 1})
@@ -70,14 +69,17 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 	}
 	if len(cfg.ClickHouse.Addr) > 0 {
 		check("clickhouse "+fmt.Sprint(cfg.ClickHouse.Addr)+" ("+where+")", err,
-			"check clickhouse.addr (native port, usually 9000), username, password, and that the user may CREATE in clickhouse.database")
+			clickHouseFix)
 	} else {
-		check("sink "+where, err, "check parquet.dir is writable")
+		check("sink "+where, err, parquetFix)
 	}
 
 	if err == nil {
 		for _, c := range wh.CheckWrites(ctx) {
 			check("writes to "+c.Table, describeRefusal(c.Err), c.Fix)
+		}
+		if holders, known := Holders(ctx, cfg, wh); known && len(holders) > 0 {
+			info("a daemon writes this warehouse: %s (run refuses a second one: docs/operations.md, \"One daemon per data directory or database\")", strings.Join(holders, "; "))
 		}
 	}
 	daemonRuns := false

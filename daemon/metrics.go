@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +17,6 @@ import (
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )
@@ -28,25 +28,59 @@ import (
 
 // health answers /healthz and /readyz, and /status/sink (the state of
 // the pipeline's writes, for surveysync status and doctor).
+//
+// The metrics listener starts before the warehouse is open (the start-up
+// may wait for it): until Run attaches the assembled daemon's health, the
+// sink is nil and /readyz lists what the start-up waits for.
 type health struct {
+	mu     sync.Mutex // guards sink, checks and writes, set by attach
 	client *surveyapi.Client
 	sink   interface{ Ping(context.Context) error }
 	checks []func(context.Context) error
 	writes func() pipeline.WriteStatus
+	start  *startup     // what the start-up waits for; nil: nothing
+	access func() error // the token's access to the surveys (access.go)
+}
+
+// attach takes the assembled daemon's sink and checks.
+func (h *health) attach(o *health) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sink, h.checks, h.writes, h.access = o.sink, o.checks, o.writes, o.access
+}
+
+// parts returns the sink, the checks, the writes' status and the access
+// check under the lock.
+func (h *health) parts() (interface{ Ping(context.Context) error }, []func(context.Context) error, func() pipeline.WriteStatus, func() error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sink, h.checks, h.writes, h.access
 }
 
 func (h *health) ready(ctx context.Context) error {
-	var errs []error
-	if !h.client.Healthy() {
+	errs := h.start.errs()
+	sink, checks, writes, access := h.parts()
+	if h.client != nil && !h.client.Healthy() {
 		errs = append(errs, fmt.Errorf("api: token rejected: %w", h.client.LastAuthError()))
 	}
-	if err := h.sink.Ping(ctx); err != nil {
+	if access != nil {
+		if err := access(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sink == nil {
+		if len(errs) == 0 {
+			errs = append(errs, errors.New("starting: the warehouse is being opened"))
+		}
+		return errors.Join(errs...)
+	}
+	if err := sink.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("sink: %w", err))
 	}
-	if err := writesReady(h.writes); err != nil {
+	if err := writesReady(writes); err != nil {
 		errs = append(errs, err)
 	}
-	for _, c := range h.checks {
+	for _, c := range checks {
 		if err := c(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -63,17 +97,16 @@ const (
 	pprofWriteTimeout   = 2 * time.Minute
 )
 
-// routes add endpoints to the mux (the admin endpoints, resync.go).
-func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, e *ha.Elector, log *slog.Logger, routes ...func(*http.ServeMux)) error {
+// serveMetrics serves the metrics listener in g until ctx ends. The
+// routes of the assembled daemon (/status/ha, /admin/) are late's.
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof bool, reg *prometheus.Registry, h *health, late *lateRoutes, log *slog.Logger) error {
 	writeTimeout := metricsWriteTimeout
 	if withPprof {
 		writeTimeout = pprofWriteTimeout
 	}
 	mux := metricsMux(withPprof, reg, h)
-	serveHAStatus(mux, e)
-	for _, add := range routes {
-		add(mux)
-	}
+	mux.Handle(HAStatusPath, late)
+	mux.Handle("/admin/", late)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.listen %s: %w", addr, err)
@@ -138,12 +171,44 @@ func metricsMux(withPprof bool, reg *prometheus.Registry, h *health) *http.Serve
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET "+SinkStatusPath, func(w http.ResponseWriter, r *http.Request) {
-		if h.writes == nil {
+		_, _, writes, _ := h.parts()
+		if writes == nil {
 			http.Error(w, "no pipeline", http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(h.writes())
+		_ = json.NewEncoder(w).Encode(writes())
 	})
 	return mux
+}
+
+// lateRoutes serves the routes that need the assembled daemon (the HA
+// status, the admin endpoints) on the metrics listener, which answers
+// before (the start-up may wait for the warehouse): a request waits up to
+// lateRoutesWait for the daemon, then gets 503 saying it is starting.
+type lateRoutes struct {
+	ready chan struct{} // closed by set
+	mux   *http.ServeMux
+}
+
+const lateRoutesWait = 10 * time.Second
+
+func newLateRoutes() *lateRoutes { return &lateRoutes{ready: make(chan struct{})} }
+
+// set installs the routes; once.
+func (l *lateRoutes) set(mux *http.ServeMux) {
+	l.mux = mux
+	close(l.ready)
+}
+
+func (l *lateRoutes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := time.NewTimer(lateRoutesWait)
+	defer t.Stop()
+	select {
+	case <-l.ready:
+		l.mux.ServeHTTP(w, r)
+	case <-t.C:
+		http.Error(w, "starting: the daemon waits for the warehouse (see /readyz); try again later", http.StatusServiceUnavailable)
+	case <-r.Context().Done():
+	}
 }

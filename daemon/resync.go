@@ -55,7 +55,7 @@ func newPipeline(cfg *config.Config, onResponse func(context.Context, int64, sur
 
 // newPoller is the poller of a daemon (surveys: the polling set) or of a
 // one-shot resync (none).
-func newPoller(cfg *config.Config, surveys, ended []int64, client *surveyapi.Client, pipe *pipeline.Pipeline, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *poll.Poller {
+func newPoller(cfg *config.Config, surveys, ended []int64, client *surveyapi.Client, lister poll.Lister, pipe *pipeline.Pipeline, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *poll.Poller {
 	return poll.New(poll.Options{
 		Surveys:               surveys,
 		Ended:                 ended,
@@ -73,7 +73,7 @@ func newPoller(cfg *config.Config, surveys, ended []int64, client *surveyapi.Cli
 		Unreadable:            surveyUnreadable,
 		Logger:                log.With("component", "poll"),
 		Registerer:            reg,
-	}, client, pipe, wh, wh.Inventory())
+	}, lister, pipe, wh, wh.Inventory())
 }
 
 // ResyncOnce runs a resync in this process (no daemon runs): it queues the
@@ -114,7 +114,7 @@ func ResyncOnce(ctx context.Context, cfg *config.Config, log *slog.Logger, surve
 		}
 		poller.Observe(id, rid, st)
 	}, erased, policy.Fetcher(client), wh, log, reg)
-	poller = newPoller(cfg, nil, nil, client, pipe, wh, log, reg)
+	poller = newPoller(cfg, nil, nil, client, client, pipe, wh, log, reg)
 	if err := poller.LoadStates(ctx); err != nil {
 		return poll.ResyncJob{}, err
 	}

@@ -29,7 +29,7 @@ func copyFrom(ctx context.Context, cfg *config.Config, from copyFlags, stdout, s
 	log := daemon.NewLogger(cfg, stderr)
 	s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync copy-from:", err)
+		fmt.Fprintf(stderr, "surveysync copy-from: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer s.Close()

@@ -66,7 +66,7 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		log := daemon.NewLogger(cfg, stderr)
 		s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 		if err != nil {
-			fmt.Fprintln(stderr, "surveysync export:", err)
+			fmt.Fprintf(stderr, "surveysync export: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 			return exitFail
 		}
 		defer s.Close()

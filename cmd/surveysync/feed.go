@@ -27,7 +27,7 @@ func feedRun(ctx context.Context, cfg *config.Config, name string, dryRun bool, 
 	}
 	wh, err := daemon.OpenWarehouse(ctx, cfg, log, reg)
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync feed run:", err)
+		fmt.Fprintf(stderr, "surveysync feed run: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer wh.Close()
@@ -70,7 +70,7 @@ func feedResolve(ctx context.Context, cfg *config.Config, name, as string, keys 
 	reg := prometheus.NewRegistry()
 	wh, err := daemon.OpenWarehouse(ctx, cfg, log, reg)
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync feed:", err)
+		fmt.Fprintf(stderr, "surveysync feed: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer wh.Close()

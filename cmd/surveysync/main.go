@@ -2,7 +2,7 @@
 // with the survey service, copies uploaded files to object storage, and pushes
 // contacts from feeds into distribution channels.
 //
-//	surveysync run [--config FILE] [--set key=value]... [--exit-when-synced]
+//	surveysync run [--config FILE] [--set key=value]... [--exit-when-synced] [--force]
 //	surveysync doctor [--config FILE]
 //	surveysync status [--config FILE]
 //	surveysync query [--config FILE] [--survey ID] [--sample N]
@@ -41,7 +41,7 @@ func main() {
 const usage = `surveysync keeps ClickHouse (or Parquet files) in sync with the survey service.
 
 Usage:
-  surveysync run [--config FILE] [--set key=value]... [--exit-when-synced]
+  surveysync run [--config FILE] [--set key=value]... [--exit-when-synced] [--force]
   surveysync doctor [--config FILE]          check token, surveys, ClickHouse, object store, listeners, feeds
   surveysync status [--config FILE]          watermark, lag, progress and errors per survey and stream
   surveysync query [--config FILE]           look at the Parquet output: current rows per survey, a sample
@@ -130,16 +130,18 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	case "run":
-		var exitWhenSynced bool
+		var fl runFlags
 		var reload func() (*config.Config, error)
 		cfg, _, code := load(command{name: "run", reload: &reload, about: "Sync the configured surveys into ClickHouse (or Parquet files), receive webhooks, run the feeds; with no configuration, a demo against the built-in emulator.",
 			extra: func(fs *pflag.FlagSet) {
-				fs.BoolVar(&exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill); exits 1 if a survey cannot be read")
+				fs.BoolVar(&fl.exitWhenSynced, "exit-when-synced", false, "stop once every survey is caught up (demo, one-shot backfill); exits 1 if a survey cannot be read, or at once if the warehouse or the service does not answer")
+				fs.BoolVar(&fl.force, "force", false, "start although another daemon's lease on the ClickHouse database is live (you know it is gone; docs/operations.md)")
 			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code
 		}
-		return runDaemon(ctx, cfg, runFlags{exitWhenSynced: exitWhenSynced, reload: reload}, stdout, stderr)
+		fl.reload = reload
+		return runDaemon(ctx, cfg, fl, stdout, stderr)
 	case "doctor":
 		cfg, _, code := load(command{name: "doctor", about: "Check what run needs: the API token, every survey id, the sink, the object store, every listener, every feed source. Exits 1 if a check fails."},
 			rest, stdout, stderr)

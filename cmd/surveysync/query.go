@@ -111,7 +111,7 @@ func queryClickHouse(ctx context.Context, cfg *config.Config, q queryFlags, stdo
 	log := daemon.NewLogger(cfg, stderr)
 	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync query:", err)
+		fmt.Fprintf(stderr, "surveysync query: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer wh.Close()

@@ -13,6 +13,7 @@ import (
 
 type runFlags struct {
 	exitWhenSynced bool
+	force          bool                           // start despite another daemon's live lease
 	reload         func() (*config.Config, error) // SIGHUP: the configuration again
 }
 
@@ -24,6 +25,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, std
 	err := daemon.Run(ctx, cfg, log, daemon.Options{
 		Version:        readBuildInfo().Version,
 		ExitWhenSynced: fl.exitWhenSynced,
+		Force:          fl.force,
 		Reload:         fl.reload,
 		OnSynced: func(n int64, where string) {
 			fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, where)

@@ -23,7 +23,7 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	log := daemon.NewLogger(cfg, stderr)
 	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync status:", err)
+		fmt.Fprintf(stderr, "surveysync status: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer wh.Close()
@@ -35,7 +35,21 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	fmt.Fprintf(stdout, "sync state in %s\n", wh)
 	now := time.Now()
 	o := statusOptions{now: now, settleLag: cfg.Sync.SettleLag, pollInterval: cfg.Sync.PollInterval, daemon: daemon.Probe(ctx, cfg)}
+	o.holders, o.guardKnown = daemon.Holders(ctx, cfg, wh)
+	if o.daemon == daemon.StateUnknown && o.guardKnown {
+		// metrics.listen is off: the lock or the lease tells.
+		o.daemon = daemon.StateStopped
+		if len(o.holders) > 0 {
+			o.daemon = daemon.StateRunning
+		}
+	}
 	printDaemon(stdout, cfg, o, states)
+	if len(o.holders) > 0 {
+		o.daemon = daemon.StateRunning // a live lease: not stopped, whatever metrics.listen says
+	}
+	if o.daemon == daemon.StateRunning {
+		printToken(ctx, stdout, cfg)
+	}
 	fmt.Fprintln(stdout)
 	printStates(stdout, states, o)
 	printBudget(ctx, stdout, cfg)
@@ -49,6 +63,8 @@ type statusOptions struct {
 	settleLag    time.Duration
 	pollInterval time.Duration
 	daemon       daemon.State
+	holders      []string // the daemons holding the lock or the lease (daemon.Holders)
+	guardKnown   bool     // whether holders is known
 }
 
 // lastSaved is when the daemon last saved a stream's state (zero: never).
@@ -71,14 +87,49 @@ func printDaemon(w io.Writer, cfg *config.Config, o statusOptions, states []pipe
 	if t := lastSaved(states); !t.IsZero() {
 		age = fmt.Sprintf("last report saved %s ago (%s)", daemon.RoundDuration(o.now.Sub(t)), t.UTC().Format(time.RFC3339))
 	}
-	switch o.daemon {
-	case daemon.StateRunning:
-		fmt.Fprintf(w, "daemon: running (answers on metrics.listen %s); %s\n", daemon.Addr(cfg), age)
-	case daemon.StateStopped:
+	where := fmt.Sprintf("answers on metrics.listen %s", daemon.Addr(cfg))
+	if daemon.Addr(cfg) == "" {
+		where = "metrics.listen is off"
+	}
+	switch {
+	case o.daemon == daemon.StateRunning && len(o.holders) > 0:
+		fmt.Fprintf(w, "daemon: running (%s; %s); %s\n", where, strings.Join(o.holders, "; "), age)
+	case o.daemon == daemon.StateRunning:
+		fmt.Fprintf(w, "daemon: running (%s); %s\n", where, age)
+	case o.daemon == daemon.StateStopped && len(o.holders) > 0:
+		// Its lease is live but nothing answers here: another machine, or
+		// killed less than a lease's life ago.
+		fmt.Fprintf(w, "daemon: not answering on metrics.listen %s, but %s (another machine, or stopped within %s); %s\n",
+			daemon.Addr(cfg), strings.Join(o.holders, "; "), daemon.LeaseExpiry, age)
+	case o.daemon == daemon.StateStopped && o.guardKnown:
+		guard := "no daemon holds the lock on parquet.dir"
+		if len(cfg.ClickHouse.Addr) > 0 {
+			guard = "no daemon holds a lease on the database"
+		}
+		if daemon.Addr(cfg) != "" {
+			guard = "nothing answers on metrics.listen " + daemon.Addr(cfg) + ", and " + guard
+		}
+		fmt.Fprintf(w, "daemon: NOT RUNNING (%s); %s: the table shows where it stopped, run resumes from there\n", guard, age)
+	case o.daemon == daemon.StateStopped:
 		fmt.Fprintf(w, "daemon: NOT RUNNING (nothing answers on metrics.listen %s; or it runs on another machine); %s: the table shows where it stopped, run resumes from there\n", daemon.Addr(cfg), age)
 	default:
 		fmt.Fprintf(w, "daemon: unknown (metrics.listen is off); %s\n", age)
 	}
+}
+
+// printToken says when the running daemon's API token is rejected (the
+// error state of docs/operations.md, "Start-up"): nothing is synced until
+// it is fixed.
+func printToken(ctx context.Context, w io.Writer, cfg *config.Config) {
+	m, err := daemon.Scrape(ctx, daemon.Addr(cfg), "surveysync_api_token_rejected", "surveysync_api_auth_failed")
+	if err != nil || m["surveysync_api_token_rejected"] != 1 {
+		return
+	}
+	what := "HTTP 403 on every survey: the token's account may read none of them; its streams are retried at their back-off, up to every 30 min"
+	if m["surveysync_api_auth_failed"] == 1 {
+		what = "HTTP 401 on every call; the daemon probes once a minute and resumes by itself"
+	}
+	fmt.Fprintf(w, "API TOKEN REJECTED (%s): nothing is synced. Fix: check api.token (SURVEYSYNC_API__TOKEN) and api.base_url; surveysync doctor\n", what)
 }
 
 // set reports whether a saved time is set (ClickHouse keeps a zero time as

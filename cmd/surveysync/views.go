@@ -32,7 +32,7 @@ func views(ctx context.Context, cfg *config.Config, f viewsFlags, stdout, stderr
 	log := daemon.NewLogger(cfg, stderr)
 	s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync views:", err)
+		fmt.Fprintf(stderr, "surveysync views: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
 		return exitFail
 	}
 	defer s.Close()

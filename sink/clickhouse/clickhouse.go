@@ -208,7 +208,7 @@ func Open(ctx context.Context, o Options) (*Sink, error) {
 func (s *Sink) open(ctx context.Context) error {
 	if err := s.conn.Ping(ctx); err != nil {
 		if hint := httpPortHint(ctx, s.opts.Addr); hint != "" {
-			return fmt.Errorf("clickhouse: %s (ping: %w)", hint, err)
+			return &wrongPortError{hint: hint, err: err}
 		}
 		return fmt.Errorf("clickhouse: ping %s: %w", strings.Join(s.opts.Addr, ","), err)
 	}

@@ -117,6 +117,11 @@ type Options struct {
 	// Allocator for the Parquet writer's and the partitioning's buffers;
 	// nil means memory.DefaultAllocator.
 	Allocator memory.Allocator
+	// KeepTempFiles leaves the temporary files of interrupted writes in
+	// place: the folder may be a running daemon's, whose writes in flight
+	// they are (surveysync status, query, …). Only the process holding the
+	// folder's lock (the daemon, internal/dirlock) removes them at Open.
+	KeepTempFiles bool
 }
 
 // Sink writes batches as Parquet files and keeps state in JSON files. It
@@ -186,6 +191,9 @@ func Open(o Options) (*Sink, error) {
 	// live under Dir too.
 	removed := 0
 	for _, d := range sinkDirs {
+		if o.KeepTempFiles {
+			break
+		}
 		n, err := removeTempFiles(filepath.Join(o.Dir, d))
 		if err != nil {
 			return nil, fmt.Errorf("parquet sink: clean up temporary files in %s: %w", filepath.Join(o.Dir, d), err)

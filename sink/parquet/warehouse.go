@@ -71,6 +71,9 @@ func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 func (w *dirWarehouse) WebhookLog() record.WebhookLog { return nil }
 func (w *dirWarehouse) QueryConn() record.QueryConn   { return nil }
 
+// Leases is nil: the daemon locks the folder instead (internal/dirlock).
+func (w *dirWarehouse) Leases() warehouse.Leases { return nil }
+
 // CheckWrites creates and removes a file in the folder.
 func (w *dirWarehouse) CheckWrites(context.Context) []warehouse.WriteCheck {
 	c := warehouse.WriteCheck{Table: w.dir}

@@ -7,6 +7,7 @@ package warehouse
 
 import (
 	"context"
+	"time"
 
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/files"
@@ -40,6 +41,9 @@ type Warehouse interface {
 	// QueryConn is nil when the backend cannot run queries
 	// (clickhouse_query feeds need one).
 	QueryConn() record.QueryConn
+	// Leases is nil when the backend keeps no leases of the daemons
+	// writing it (the Parquet folder is locked on disk instead).
+	Leases() Leases
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error
@@ -64,4 +68,29 @@ type WriteCheck struct {
 type Inventory interface {
 	CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
 	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
+}
+
+// Lease is one daemon's claim on the warehouse (the single-instance guard,
+// docs/operations.md): who it is, renewed by a heartbeat.
+type Lease struct {
+	ID      string // random, one per daemon start
+	Host    string
+	PID     int
+	Started time.Time
+	Version string // surveysync's
+	// HeartbeatAge is how long ago the lease was last renewed, by the
+	// warehouse's clock, as read by Live.
+	HeartbeatAge time.Duration
+}
+
+// Leases are the daemons' leases on the warehouse. Renew and Release write
+// the warehouse's own time, so the machines' clocks do not matter.
+type Leases interface {
+	// Live are the leases renewed within the last `within`, not released.
+	Live(ctx context.Context, within time.Duration) ([]Lease, error)
+	// Renew records l's heartbeat now.
+	Renew(ctx context.Context, l Lease) error
+	// Release marks l released: the next daemon need not wait for it to
+	// expire.
+	Release(ctx context.Context, l Lease) error
 }
