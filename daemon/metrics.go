@@ -106,6 +106,7 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, withPprof
 	}
 	mux := metricsMux(withPprof, reg, h)
 	mux.Handle(HAStatusPath, late)
+	mux.Handle(HALeaderPath, late)
 	mux.Handle("/admin/", late)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
