@@ -154,12 +154,17 @@ func TestRunDeletedAndSweep(t *testing.T) {
 	f.mu.Lock()
 	f.rows[key(1, id1)] = 1 // a late write
 	f.mu.Unlock()
+	// The sweep removes the row, then records it in the audit row: wait
+	// for both (read under the fake's lock: the sweep runs meanwhile).
 	waitFor(t, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return f.rows[key(1, id1)] == 0
+		return f.rows[key(1, id1)] == 0 && strings.Contains(f.audit[key(1, id1)].Erased, "then responses=1")
 	})
-	if e := f.audit[key(1, id1)]; e.Reason != warehouse.ReasonDeletedAtSource || !strings.Contains(e.Erased, "then responses=1") {
+	f.mu.Lock()
+	e := f.audit[key(1, id1)]
+	f.mu.Unlock()
+	if e.Reason != warehouse.ReasonDeletedAtSource {
 		t.Errorf("audit row = %+v", e)
 	}
 	cancel()

@@ -449,6 +449,24 @@ func TestHAZooKeeperPausedOrRestarted(t *testing.T) {
 	// as a follower), so that the log holds at least one change of daemon
 	// whatever ZooKeeper's faults decide.
 	l := leaderOf(t, ds, 10*time.Second)
+	// The others must be campaigning again (after the pause their sessions
+	// may have expired, and an elector starts again after 5 s): a follower
+	// that knows the leader takes over as soon as it leaves.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		following := true
+		for _, d := range ds {
+			if s, err := d.status(); d != l && (err != nil || s.Leading || s.Leader != l.name) {
+				following = false
+			}
+		}
+		if following {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the followers do not follow %s 30 s after ZooKeeper resumed", l.name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	_ = l.proc.cmd.Process.Signal(syscall.SIGTERM)
 	l.proc.wait(t, 60*time.Second)
 	l.proc = startDaemon(t, l.cfg)
