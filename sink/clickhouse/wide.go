@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -634,22 +633,7 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 // addWideColumns names fresh columns of survey id and records them; the
 // caller holds s.wide.mu.
 func (s *Sink) addWideColumns(ctx context.Context, id int64, fresh []WideColumn) error {
-	sort.Slice(fresh, func(i, j int) bool {
-		a, b := fresh[i], fresh[j]
-		if a.PageIndex != b.PageIndex {
-			return a.PageIndex < b.PageIndex
-		}
-		if a.QuestionIndex != b.QuestionIndex {
-			return a.QuestionIndex < b.QuestionIndex
-		}
-		if a.QuestionID != b.QuestionID {
-			return a.QuestionID < b.QuestionID
-		}
-		if a.Part != b.Part {
-			return a.Part < b.Part
-		}
-		return a.RowID < b.RowID
-	})
+	wide.SortColumns(fresh)
 	wide.AssignNames(s.wide.cols[id], fresh)
 	if err := s.writeWideColumns(ctx, fresh); err != nil {
 		return err
