@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Response statuses as a response record reports them (docs/api.md §3). The list
@@ -78,9 +79,11 @@ func (g GUID) String() string { return string(g) }
 
 // UnmarshalJSON accepts a GUID string in either case.
 func (g *GUID) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("guid: %w", err)
+	s, ok := plainString(b)
+	if !ok {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("guid: %w", err)
+		}
 	}
 	v, err := ParseGUID(s)
 	if err != nil {
@@ -117,9 +120,11 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	if bytes.Equal(b, []byte("null")) {
 		return nil
 	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("timestamp: %w", err)
+	s, ok := plainString(b)
+	if !ok {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("timestamp: %w", err)
+		}
 	}
 	v, err := ParseTime(s)
 	if err != nil {
@@ -144,6 +149,10 @@ type FlexInt int64
 
 // UnmarshalJSON accepts 5, 5.0 and "5".
 func (n *FlexInt) UnmarshalJSON(b []byte) error {
+	if v, ok := plainInt(b); ok {
+		*n = FlexInt(v)
+		return nil
+	}
 	s := string(b)
 	if len(s) >= 2 && s[0] == '"' {
 		if err := json.Unmarshal(b, &s); err != nil {
@@ -161,6 +170,49 @@ func (n *FlexInt) UnmarshalJSON(b []byte) error {
 	}
 	*n = FlexInt(v)
 	return nil
+}
+
+// plainString returns the text of a JSON string literal that needs no
+// unescaping (no backslash, no control character): the common case, decoded
+// here without a second pass of encoding/json. ok is false for anything
+// else, which the caller hands to encoding/json.
+func plainString(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	inner := b[1 : len(b)-1]
+	for _, c := range inner {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return "", false
+		}
+	}
+	if !utf8.Valid(inner) {
+		return "", false
+	}
+	return string(inner), true
+}
+
+// plainInt parses a JSON number that is a plain decimal integer (an
+// optional minus and up to 18 digits), the common case of FlexInt.
+func plainInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 || (b[0] == '0' && len(b) > 1) {
+		return 0, false
+	}
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 // Int returns a pointer to FlexInt v, for building optional fields.

@@ -40,34 +40,59 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/survey"
 )
 
+// options are the harness's flags.
+type options struct {
+	addrs          []string
+	cluster        string
+	surveys        int
+	responses      int
+	fetch, maxRows int
+	rawRows        int
+	keep           bool
+	defaults       bool          // leave fetch/batch/API concurrency at the daemon's defaults
+	delay          time.Duration // the service's time to answer a detail (emulator fault "slow")
+	ceiling        time.Duration // measure the bare keep-alive client this long, before and after
+	ceilingConc    int           // its concurrency (0: the daemon's api.max_concurrency)
+	heapDir        string        // write the daemon's heap profiles here
+	heapEvery      time.Duration
+}
+
 func main() {
+	var o options
 	addr := flag.String("clickhouse", os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR"), "ClickHouse native address; with -cluster, every node's, comma-separated")
-	cluster := flag.String("cluster", "", "clickhouse.cluster: backfill into this cluster (a name from <remote_servers>)")
-	surveys := flag.Int("surveys", 10, "surveys in the emulator")
-	responses := flag.Int("responses", 100_000, "responses per survey")
-	fetch := flag.Int("fetch-concurrency", 32, "sync.fetch_concurrency")
-	maxRows := flag.Int("max-rows", 30_000, "sync.batch.max_rows")
-	rawRows := flag.Int("raw-rows", 1_000_000, "answers rows inserted by the raw clickhouse-go run")
-	keep := flag.Bool("keep", false, "keep the benchmark database")
+	flag.StringVar(&o.cluster, "cluster", "", "clickhouse.cluster: backfill into this cluster (a name from <remote_servers>)")
+	flag.IntVar(&o.surveys, "surveys", 10, "surveys in the emulator")
+	flag.IntVar(&o.responses, "responses", 100_000, "responses per survey")
+	flag.IntVar(&o.fetch, "fetch-concurrency", 32, "sync.fetch_concurrency (and api.max_concurrency)")
+	flag.IntVar(&o.maxRows, "max-rows", 30_000, "sync.batch.max_rows")
+	flag.IntVar(&o.rawRows, "raw-rows", 1_000_000, "answers rows inserted by the raw clickhouse-go run (0: skip it)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the benchmark database")
+	flag.BoolVar(&o.defaults, "defaults", false, "run the daemon at its default settings (no fetch, batch or API concurrency set; api.rate_limit stays 0)")
+	flag.DurationVar(&o.delay, "delay", 0, "the emulated service's time to answer each detail (a slow fault on get_response)")
+	flag.DurationVar(&o.ceiling, "ceiling", 0, "measure the emulator's ceiling with a bare keep-alive client this long before and after the backfill")
+	flag.IntVar(&o.ceilingConc, "ceiling-concurrency", 0, "the bare client's concurrent requests (0: the daemon's api.max_concurrency)")
+	flag.StringVar(&o.heapDir, "heap-profiles", "", "a folder to write the daemon's heap profiles to (metrics.pprof on)")
+	flag.DurationVar(&o.heapEvery, "heap-every", 5*time.Second, "interval between heap profiles")
 	flag.Parse()
 	if *addr == "" {
 		log.Fatal("set -clickhouse or SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
 	}
-	var addrs []string
 	for _, a := range strings.Split(*addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
+			o.addrs = append(o.addrs, a)
 		}
 	}
-	if err := run(addrs, *cluster, *surveys, *responses, *fetch, *maxRows, *rawRows, *keep); err != nil {
+	if err := run(o); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addrs []string, cluster string, surveys, responses, fetch, maxRows, rawRows int, keep bool) error {
+func run(o options) error {
+	addrs, cluster, surveys, responses, fetch, maxRows, rawRows, keep := o.addrs, o.cluster, o.surveys, o.responses, o.fetch, o.maxRows, o.rawRows, o.keep
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "surveysync-bench-")
 	if err != nil {
@@ -121,26 +146,77 @@ func run(addrs []string, cluster string, surveys, responses, fetch, maxRows, raw
 	for i := range ids {
 		ids[i] = strconv.Itoa(4574 + i)
 	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	apiConc := fetch
+	tuning := fmt.Sprintf("  max_concurrency: %d\n", fetch)
+	syncTuning := fmt.Sprintf("  fetch_concurrency: %d\n  batch:\n    max_rows: %d\n    max_delay: 2s\n", fetch, maxRows)
+	if o.defaults {
+		apiConc, tuning, syncTuning = surveyapi.DefaultMaxConcurrency, "", ""
+	}
+	metricsListen := `""`
+	var metricsPort int
+	if o.heapDir != "" {
+		if err := os.MkdirAll(o.heapDir, 0o755); err != nil {
+			return err
+		}
+		if metricsPort, err = freePort(); err != nil {
+			return err
+		}
+		metricsListen = fmt.Sprintf("127.0.0.1:%d\n  pprof: true", metricsPort)
+	}
 	cfg := fmt.Sprintf(`api:
-  base_url: http://127.0.0.1:%d/v1
+  base_url: %s/v1
   token: bench-token
   user_agent: "surveysync-bench (bench@example.invalid)"
-  max_concurrency: %d
-  rate_limit: 0
+%s  rate_limit: 0
 surveys: [%s]
 clickhouse:
   addr: [%s]
   database: %s
   cluster: "%s"
 metrics:
-  listen: ""
+  listen: %s
 sync:
-  fetch_concurrency: %d
   settle_lag: 0s
-  batch:
-    max_rows: %d
-    max_delay: 2s
-`, port, fetch, strings.Join(ids, ", "), strings.Join(addrs, ", "), db, cluster, fetch, maxRows)
+%s`, base, tuning, strings.Join(ids, ", "), strings.Join(addrs, ", "), db, cluster, metricsListen, syncTuning)
+	if o.delay > 0 {
+		if err := simFault(base, fmt.Sprintf(`{"op":"get_response","kind":"slow","delay":%q}`, o.delay.String())); err != nil {
+			return err
+		}
+		fmt.Printf("emulated service time per detail: %s (a slow fault on get_response)\n", o.delay)
+	}
+	conc := o.ceilingConc
+	if conc <= 0 {
+		conc = apiConc
+	}
+	var ceilings []float64
+	var allIDs []string
+	if o.ceiling > 0 {
+		sids := make([]int64, surveys)
+		for i := range sids {
+			sids[i] = int64(4574 + i)
+		}
+		t0 := time.Now()
+		if allIDs, err = surveyIDs(ctx, base, "bench-token", sids); err != nil {
+			return err
+		}
+		fmt.Printf("listed the %d responses of the emulator (warming it) in %s\n", len(allIDs), time.Since(t0).Round(time.Millisecond))
+	}
+	measureCeiling := func(when string) error {
+		if o.ceiling <= 0 {
+			return nil
+		}
+		r, err := bareCeiling(ctx, base, "bench-token", allIDs, conc, o.ceiling)
+		if err != nil {
+			return fmt.Errorf("ceiling %s: %w", when, err)
+		}
+		ceilings = append(ceilings, r)
+		fmt.Printf("emulator's ceiling %s the backfill: a bare keep-alive client, %d concurrent: %.0f details/s\n", when, conc, r)
+		return nil
+	}
+	if err := measureCeiling("before"); err != nil {
+		return err
+	}
 	cfgPath := filepath.Join(dir, "bench.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
@@ -151,7 +227,13 @@ sync:
 	if cluster != "" {
 		target = fmt.Sprintf("cluster %s (%d nodes)", cluster, len(nodes))
 	}
-	fmt.Printf("backfill into %s: %d surveys × %d responses = %d responses, fetch_concurrency %d, max_rows %d\n", target, surveys, responses, total, fetch, maxRows)
+	settings := fmt.Sprintf("fetch_concurrency %d, max_rows %d", fetch, maxRows)
+	if o.defaults {
+		settings = "the daemon's default settings (api.rate_limit 0)"
+	}
+	fmt.Printf("backfill into %s: %d surveys × %d responses = %d responses, %s\n", target, surveys, responses, total, settings)
+	details := &detailRate{}
+	details.sample(base) // the calls so far (the ceiling's) are not the daemon's
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(dir, "surveysync"), "run", "--config", cfgPath, "--exit-when-synced")
 	logf, _ := os.Create(filepath.Join(os.TempDir(), "surveysync-bench.log"))
@@ -163,8 +245,14 @@ sync:
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var peak int64
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	heapTick := time.NewTicker(o.heapEvery)
+	defer heapTick.Stop()
+	if o.heapDir == "" {
+		heapTick.Stop()
+	}
+	nHeap := 0
 wait:
 	for {
 		select {
@@ -177,9 +265,16 @@ wait:
 			if v := vmHWM(cmd.Process.Pid); v > peak {
 				peak = v
 			}
+			if o.ceiling > 0 || o.delay > 0 {
+				details.sample(base)
+			}
+		case <-heapTick.C:
+			nHeap++
+			heapProfile(metricsPort, filepath.Join(o.heapDir, fmt.Sprintf("heap-%03d.pb.gz", nHeap)))
 		}
 	}
 	elapsed := time.Since(start)
+	daemonCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	var lag string
 	if cluster != "" {
 		// First, before anything else loads the nodes: the replicas catch up.
@@ -205,6 +300,22 @@ wait:
 		startup := up.Sub(start)
 		fmt.Printf("of which start-up (connect, migrations) %s; after it: %.0f responses/s\n",
 			startup.Round(time.Millisecond), float64(nResp)/(elapsed-startup).Seconds())
+	}
+	fmt.Printf("CPU-seconds per 1,000 responses: daemon %.3f\n", daemonCPU.Seconds()*1000/float64(nResp))
+	if o.ceiling > 0 || o.delay > 0 {
+		fmt.Printf("daemon's detail calls while backfilling: %s\n", details)
+	}
+	if err := measureCeiling("after"); err != nil {
+		return err
+	}
+	if len(ceilings) > 0 && details.rate() > 0 {
+		sum := 0.0
+		for _, c := range ceilings {
+			sum += c
+		}
+		mean := sum / float64(len(ceilings))
+		fmt.Printf("ratio: daemon's detail calls/s ÷ the bare client's (mean of %d) = %.0f / %.0f = %.1f %%\n",
+			len(ceilings), details.rate(), mean, 100*details.rate()/mean)
 	}
 	if cluster != "" {
 		fmt.Print(lag)
