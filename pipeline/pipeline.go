@@ -91,7 +91,7 @@ type Options struct {
 // sync.batch.* are these).
 const (
 	DefaultFetchConcurrency = 16
-	DefaultMaxRows          = 30_000
+	DefaultMaxRows          = 10_000
 	DefaultMaxBytes         = 64 << 20
 	DefaultMaxDelay         = time.Second
 	DefaultUrgentDelay      = 50 * time.Millisecond
@@ -257,7 +257,7 @@ type rejection struct {
 // ctx is cancelled (returns ctx's error after reporting every unwritten ref).
 func (p *Pipeline) Run(ctx context.Context) error {
 	fetchedCh := make(chan fetched, p.o.FetchConcurrency)
-	batches := make(chan batch, 1)
+	batches := make(chan batch)
 
 	g, gctx := errgroup.WithContext(ctx)
 	// Stage 1: fetch details concurrently.

@@ -198,3 +198,46 @@ func heapProfile(port int, path string) {
 		_ = os.WriteFile(path, b, 0o644)
 	}
 }
+
+// memPeaks follows the daemon's Go memory gauges (its /metrics, metrics.pprof
+// runs keep the listener on): the peak of each, to tell the heap from the
+// rest of the resident set.
+type memPeaks map[string]float64
+
+func (m memPeaks) sample(port int) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(name, "go_memstats_") {
+			continue
+		}
+		switch name {
+		case "go_memstats_heap_inuse_bytes", "go_memstats_heap_alloc_bytes", "go_memstats_next_gc_bytes",
+			"go_memstats_sys_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_heap_sys_bytes":
+			var v float64
+			if _, err := fmt.Sscan(val, &v); err == nil && v > m[name] {
+				m[name] = v
+				if name == "go_memstats_heap_alloc_bytes" {
+					m["peak_at_unix"] = float64(time.Now().UnixMilli()) / 1000
+				}
+			}
+		}
+	}
+}
+
+func (m memPeaks) String() string {
+	var parts []string
+	for _, k := range []string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_next_gc_bytes", "go_memstats_heap_sys_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes"} {
+		parts = append(parts, fmt.Sprintf("%s %.1f MB", strings.TrimPrefix(k, "go_memstats_"), m[k]/1e6))
+	}
+	parts = append(parts, "heap_alloc's peak at "+time.UnixMilli(int64(m["peak_at_unix"]*1000)).UTC().Format("15:04:05.000"))
+	return strings.Join(parts, ", ")
+}

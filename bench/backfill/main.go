@@ -232,6 +232,7 @@ sync:
 		settings = "the daemon's default settings (api.rate_limit 0)"
 	}
 	fmt.Printf("backfill into %s: %d surveys × %d responses = %d responses, %s\n", target, surveys, responses, total, settings)
+	mem := memPeaks{}
 	details := &detailRate{}
 	details.sample(base) // the calls so far (the ceiling's) are not the daemon's
 	start := time.Now()
@@ -268,6 +269,9 @@ wait:
 			if o.ceiling > 0 || o.delay > 0 {
 				details.sample(base)
 			}
+			if metricsPort != 0 {
+				mem.sample(metricsPort)
+			}
 		case <-heapTick.C:
 			nHeap++
 			heapProfile(metricsPort, filepath.Join(o.heapDir, fmt.Sprintf("heap-%03d.pb.gz", nHeap)))
@@ -300,6 +304,9 @@ wait:
 		startup := up.Sub(start)
 		fmt.Printf("of which start-up (connect, migrations) %s; after it: %.0f responses/s\n",
 			startup.Round(time.Millisecond), float64(nResp)/(elapsed-startup).Seconds())
+	}
+	if metricsPort != 0 {
+		fmt.Printf("daemon's Go memory, peaks (every 100 ms): %s\n", mem)
 	}
 	fmt.Printf("CPU-seconds per 1,000 responses: daemon %.3f\n", daemonCPU.Seconds()*1000/float64(nResp))
 	if o.ceiling > 0 || o.delay > 0 {

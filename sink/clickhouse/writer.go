@@ -73,16 +73,43 @@ func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.RecordB
 	return nil
 }
 
-// insertOnce prepares a fresh batch, appends rec column-wise and sends it.
+// insertBlockRows is the most rows of one block of an INSERT. A record is
+// sent as one INSERT statement in blocks of this many rows, so the driver's
+// columns and its encoding buffer hold one block, not the whole batch (a
+// batch of 30,000 answers rows held three copies of itself: 50–100 MB at
+// peak). The server squashes the blocks of one INSERT into one part (up to
+// min_insert_block_size_rows, 1,048,576 by default), and an INSERT that
+// fails midway writes none of them: a batch stays all or nothing.
+const insertBlockRows = 4096
+
+// insertOnce prepares a fresh batch, appends rec column-wise, one block at
+// a time, and sends it.
 func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.RecordBatch) error {
 	batch, err := s.conn.PrepareBatch(s.insertCtx(ctx), query)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
 	defer batch.Close()
-	if err := appendRecord(batch, rec, uuidColumns); err != nil {
-		_ = batch.Abort()
-		return permanent.New("bad_value", err)
+	rows := rec.NumRows()
+	for off := int64(0); off < rows || off == 0; off += insertBlockRows {
+		block := rec
+		if rows > insertBlockRows {
+			block = rec.NewSlice(off, min(off+insertBlockRows, rows))
+		}
+		err := appendRecord(batch, block, uuidColumns)
+		if block != rec {
+			block.Release()
+		}
+		if err != nil {
+			_ = batch.Abort()
+			return permanent.New("bad_value", err)
+		}
+		if off+insertBlockRows >= rows {
+			break
+		}
+		if err := batch.Flush(); err != nil {
+			return fmt.Errorf("send block: %w", err)
+		}
 	}
 	if err := batch.Send(); err != nil {
 		err = fmt.Errorf("send: %w", err)

@@ -22,7 +22,7 @@ import (
 //
 // Memory is bounded: two generations of at most max/2 entries each (about
 // 20 bytes an entry: a 16-byte key, a status byte and the map's overhead;
-// each generation's table is allocated whole when it starts). When the young generation is full it becomes the old one and
+// each generation's table grows as it fills). When the young generation is full it becomes the old one and
 // the previous old one is dropped; a hit in the old generation moves the
 // entry to the young one. What is forgotten is only re-read (one detail
 // call), never lost.
@@ -101,8 +101,9 @@ func newHeld(max int) *held {
 	if max <= 0 {
 		return &held{disabled: true}
 	}
-	half := max/2 + 1
-	return &held{half: half, young: make(map[heldKey]uint8, half), old: map[heldKey]uint8{}}
+	// The maps grow as responses are seen: a small survey does not pay
+	// for a generation of max/2 entries up front (6 MB at the default).
+	return &held{half: max/2 + 1, young: map[heldKey]uint8{}, old: map[heldKey]uint8{}}
 }
 
 func keyOf(surveyID int64, id survey.GUID) heldKey {
@@ -180,7 +181,7 @@ func (h *held) putRejected(surveyID int64, id survey.GUID, status string) {
 func (h *held) putLocked(k heldKey, st uint8) {
 	if _, ok := h.young[k]; !ok && len(h.young) >= h.half {
 		h.old = h.young
-		h.young = make(map[heldKey]uint8, h.half)
+		h.young = map[heldKey]uint8{}
 	}
 	h.young[k] = st
 }
