@@ -9,10 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/survey"
 )
 
-var _ pipeline.RejectStore = (*Sink)(nil)
+var (
+	_ pipeline.RejectStore      = (*Sink)(nil)
+	_ warehouse.RejectInventory = (*Sink)(nil)
+)
 
 // migrationDDL renders one migration as golden text.
 func migrationDDL(t *testing.T, version int, d tmplData) string {
