@@ -56,6 +56,16 @@ type Inventory interface {
 	CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
 }
 
+// RejectInventory, implemented by an Inventory that can, lists a survey's
+// responses rejected when a list showed them and not written since, with
+// that list's status: they are held as rejected at a survey's first cycle
+// and at every reconcile, so that after a restart an unchanged rejected
+// response is not read again (and adds no new reject record), while one
+// listed at another status is (issue 19).
+type RejectInventory interface {
+	RejectedResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
+}
+
 // Options tune the poller. Zero values take the defaults noted.
 type Options struct {
 	Surveys         []int64

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/surveysync/surveysync/survey"
 )
 
 // surveyLoop is one survey's loop state (runSurvey): its streams'
@@ -52,9 +54,10 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 }
 
 // preloadHeld fills the held set with what the warehouse holds of a
-// survey: after a restart the overlap and the partial lookback are
-// re-listed, and what the warehouse holds need not be fetched again. It
-// returns false when ctx ended.
+// survey, and with the responses rejected and not written since: after a
+// restart the overlap and the partial lookback are re-listed, and what the
+// warehouse holds need not be fetched again, nor what was rejected at the
+// status it is listed at. It returns false when ctx ended.
 func (p *Poller) preloadHeld(ctx context.Context, id int64) bool {
 	if p.inv == nil || p.o.HeldMax <= 0 {
 		return true
@@ -69,7 +72,36 @@ func (p *Poller) preloadHeld(ctx context.Context, id int64) bool {
 	for rid, st := range have {
 		p.held.put(id, rid, st)
 	}
+	rejected, err := p.rejectedResponses(ctx, id)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		p.o.Logger.Warn("read the rejected responses failed; a rejected response listed again is read again", "survey_id", id, "err", err)
+	}
+	p.holdRejected(id, rejected)
 	return true
+}
+
+// rejectedResponses returns what the inventory knows of a survey's rejected
+// responses not written since (none without a RejectInventory).
+func (p *Poller) rejectedResponses(ctx context.Context, id int64) (map[survey.GUID]string, error) {
+	ri, ok := p.inv.(RejectInventory)
+	if !ok {
+		return nil, nil
+	}
+	return ri.RejectedResponses(ctx, id)
+}
+
+// holdRejected holds each response of rejected as rejected at its listed
+// status, unless the held set knows it already (from this process: as new
+// as the records, or newer). The inventory returns only those not written
+// since their reject, so a later write (a fixed response) wins over an old
+// reject.
+func (p *Poller) holdRejected(id int64, rejected map[survey.GUID]string) {
+	for rid, st := range rejected {
+		p.held.seedRejected(id, rid, st)
+	}
 }
 
 func (p *Poller) newSurveyLoop(id int64, r *surveyRun) *surveyLoop {
