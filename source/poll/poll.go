@@ -35,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -258,6 +259,11 @@ type Poller struct {
 	inflight map[streamKey]*pass // cycles running now, for the progress log
 
 	distrustCalls atomic.Int64 // list calls spent on answers not believed
+
+	// failLog logs failed cycles and reconciles once per root cause and
+	// back-off step, with a count: a revoked token fails every stream of
+	// every survey at once (issue 19).
+	failLog *logonce.Limiter
 }
 
 type streamKey struct {
@@ -296,6 +302,7 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		firstDone:    make(chan struct{}),
 		inflight:     map[streamKey]*pass{},
 	}
+	p.failLog = logonce.New(o.Logger, time.Second, 5*time.Minute, o.Now)
 	for _, id := range o.Ended {
 		p.ended[id] = true
 	}

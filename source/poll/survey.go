@@ -3,7 +3,9 @@ package poll
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -145,7 +147,10 @@ func (p *Poller) runStream(ctx context.Context, id int64, stream string, s *sche
 	}
 	s.t1 = p.o.Now()
 	if s.err != nil && ctx.Err() == nil && (s.pass == nil || s.pass.believed()) && !p.unreadable(s.err) {
-		p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
+		// One line per cause and back-off step: the same failure of
+		// every stream of every survey (a revoked token) is one cause.
+		why := errors.New(strings.ReplaceAll(s.err.Error(), stream, "#"))
+		p.failLog.Log(slog.LevelWarn, "poll cycle failed; the window is read again next cycle", why,
 			"survey_id", id, "stream", stream, "err", s.err)
 	}
 }
@@ -229,7 +234,7 @@ func (p *Poller) reconcileIfDue(ctx context.Context, l *surveyLoop, ending bool)
 			p.o.Logger.Warn("reconcile: list answers not believed; retried at the reconcile interval",
 				"survey_id", l.id, "next_in", every, "err", err)
 		} else {
-			p.o.Logger.Warn("reconcile failed; retried later", "survey_id", l.id, "err", err)
+			p.failLog.Log(slog.LevelWarn, "reconcile failed; retried later", err, "survey_id", l.id, "err", err)
 			every = min(every, p.o.MaxIdleInterval)
 		}
 	} else {
