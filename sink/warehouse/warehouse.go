@@ -70,7 +70,7 @@ type Inventory interface {
 	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
 }
 
-// RejectInventory, implemented by an Inventory that can, lists a survey's
+// RejectInventory is implemented by an Inventory that can list a survey's
 // responses rejected when a list showed them and not written since, with
 // the status of that list (pipeline.Reject.ListedStatus): the poller holds
 // them as rejected after a restart, so that an unchanged one is not read

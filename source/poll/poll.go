@@ -57,7 +57,7 @@ type Inventory interface {
 	CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
 }
 
-// RejectInventory, implemented by an Inventory that can, lists a survey's
+// RejectInventory is implemented by an Inventory that can list a survey's
 // responses rejected when a list showed them and not written since, with
 // that list's status: they are held as rejected at a survey's first cycle
 // and at every reconcile, so that after a restart an unchanged rejected
