@@ -96,8 +96,8 @@ func (s rejectStore) rows(id string) (int, string) {
 		var st string
 		if err := s.w.conn.QueryRow(context.Background(), fmt.Sprintf(
 			"SELECT count(), any(listed_status) FROM %s.rejects WHERE lower(response_id) = '%s'", s.w.db, id)).Scan(&n, &st); err != nil {
-			if strings.Contains(err.Error(), "doesn't exist") {
-				return 0, ""
+			if strings.Contains(err.Error(), "doesn't exist") || strings.Contains(err.Error(), "Unknown identifier") {
+				return 0, "" // the daemon's migrations are still running
 			}
 			s.t.Fatal(err)
 		}
