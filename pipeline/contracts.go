@@ -108,6 +108,12 @@ type Reject struct {
 	Error      string    // the error's text (at most MaxRejectErrorBytes); the client's errors carry no secrets
 	Source     string    // the ref's source: poll, webhook, reconcile
 	RejectedAt time.Time // UTC
+	// ListedStatus is the status of the list that showed the response when
+	// it was rejected (Ref.ListedStatus; "" when no list did, e.g. a
+	// webhook). The sinks' RejectedResponses return it: a response listed
+	// at that status again is unchanged and not read again, also after a
+	// restart (issue 19).
+	ListedStatus string
 }
 
 // MaxRejectErrorBytes bounds Reject.Error.

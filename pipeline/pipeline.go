@@ -49,6 +49,11 @@ type Ref struct {
 	// Done(nil): the poller remembers it, so reconcile does not read an
 	// unchanged rejected response again (issue 19).
 	OnReject func()
+	// ListedStatus is the status of the list that showed the ref (the
+	// poller's stream; "" for a webhook). A reject records it, so that
+	// after a restart the poller still knows an unchanged rejected response
+	// (listed at the same status) need not be read again (issue 19).
+	ListedStatus string
 
 	hash uint64 // content hash of the fetched detail, 0 when not computed
 }
@@ -689,6 +694,7 @@ func (p *Pipeline) reject(ctx context.Context, rs []rejection) {
 		recs[i] = Reject{
 			SurveyID: r.ref.SurveyID, ResponseID: r.ref.ResponseID, Stage: r.stage, Reason: reason,
 			Error: truncateUTF8(r.err.Error(), MaxRejectErrorBytes), Source: r.ref.Source, RejectedAt: now,
+			ListedStatus: r.ref.ListedStatus,
 		}
 		p.o.Logger.Warn("response rejected: it cannot be stored as the service sends it; recorded with its reason",
 			"survey_id", r.ref.SurveyID, "response_id", r.ref.ResponseID, "source", r.ref.Source,

@@ -73,7 +73,11 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(seg) > 1 && seg[0] == "surveys" {
 		sid, _ = strconv.ParseInt(seg[1], 10, 64)
 	}
-	c.eff = s.faults.decide(c.op, sid)
+	var rid string
+	if c.op == OpGetResponse || c.op == OpDownloadFile {
+		rid = seg[3]
+	}
+	c.eff = s.faults.decide(c.op, sid, rid)
 	c.enc = encOpts{upper: c.eff.upper, noTitle: c.eff.noTitle, qfAsDisq: c.eff.qfAsDisq, badDate: c.eff.badDate}
 	if c.eff.variant {
 		c.enc.variant = int(seq % 4)

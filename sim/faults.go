@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +62,9 @@ const (
 const hostileTotal = 1_000_000_000
 
 // Fault is an injected misbehaviour of one operation (Op, or "*" for all),
-// of every survey or only of Survey (> 0).
+// of every survey or only of Survey (> 0), of every response or only of
+// Response (a response id, any case: the calls whose path names it, i.e.
+// get_response and download_file).
 // With Count > 0 it fires on the next Count matching calls; with Probability
 // in (0, 1] it fires on that fraction of them (drawn from a generator seeded
 // by Options.Seed; with both, at most Count times); with neither, on every
@@ -71,6 +74,7 @@ type Fault struct {
 	Op          string        `json:"op"`
 	Kind        string        `json:"kind"`
 	Survey      int64         `json:"survey,omitempty"`
+	Response    string        `json:"response,omitempty"`
 	Probability float64       `json:"probability,omitempty"`
 	Count       int           `json:"count,omitempty"`
 	Delay       time.Duration `json:"delay,omitempty"`
@@ -84,6 +88,7 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 		Op          string          `json:"op"`
 		Kind        string          `json:"kind"`
 		Survey      int64           `json:"survey"`
+		Response    string          `json:"response"`
 		Probability float64         `json:"probability"`
 		Count       int             `json:"count"`
 		Delay       json.RawMessage `json:"delay"`
@@ -100,7 +105,7 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("fault retry_after: %w", err)
 	}
-	*f = Fault{Op: raw.Op, Kind: raw.Kind, Survey: raw.Survey, Probability: raw.Probability, Count: raw.Count, Delay: d, RetryAfter: ra}
+	*f = Fault{Op: raw.Op, Kind: raw.Kind, Survey: raw.Survey, Response: raw.Response, Probability: raw.Probability, Count: raw.Count, Delay: d, RetryAfter: ra}
 	return nil
 }
 
@@ -110,12 +115,13 @@ func (f Fault) MarshalJSON() ([]byte, error) {
 		Op          string  `json:"op"`
 		Kind        string  `json:"kind"`
 		Survey      int64   `json:"survey,omitempty"`
+		Response    string  `json:"response,omitempty"`
 		Probability float64 `json:"probability,omitempty"`
 		Count       int     `json:"count,omitempty"`
 		Delay       string  `json:"delay,omitempty"`
 		RetryAfter  string  `json:"retry_after,omitempty"`
 	}
-	o := out{Op: f.Op, Kind: f.Kind, Survey: f.Survey, Probability: f.Probability, Count: f.Count}
+	o := out{Op: f.Op, Kind: f.Kind, Survey: f.Survey, Response: f.Response, Probability: f.Probability, Count: f.Count}
 	if f.Delay != 0 {
 		o.Delay = f.Delay.String()
 	}
@@ -239,8 +245,9 @@ const (
 	listEndless
 )
 
-// decide draws the faults of one call of op on survey sid (0: none named).
-func (fs *faultSet) decide(op string, sid int64) effects {
+// decide draws the faults of one call of op on survey sid (0: none named)
+// and response rid ("": none named).
+func (fs *faultSet) decide(op string, sid int64, rid string) effects {
 	var e effects
 	if fs.active.Load() == 0 {
 		return e
@@ -250,6 +257,9 @@ func (fs *faultSet) decide(op string, sid int64) effects {
 	for _, st := range fs.list {
 		f := &st.f
 		if f.Op != op && f.Op != OpAll || f.Survey != 0 && f.Survey != sid {
+			continue
+		}
+		if f.Response != "" && !strings.EqualFold(f.Response, rid) {
 			continue
 		}
 		if f.Count > 0 && st.left == 0 {

@@ -412,6 +412,52 @@ func TestBrokenDateFaults(t *testing.T) {
 	}
 }
 
+// A fault limited to one response breaks that response's detail only;
+// lists and other responses' details are as they are. The control API
+// takes the response too.
+func TestFaultOfOneResponse(t *testing.T) {
+	e := newEnv(t, nil)
+	var ids []survey.GUID
+	for r := range e.sim.Responses(4574) {
+		if r.DateCompleted != nil {
+			ids = append(ids, r.ResponseID)
+		}
+		if len(ids) == 2 {
+			break
+		}
+	}
+	if len(ids) < 2 {
+		t.Fatal("fewer than two completed responses")
+	}
+	// Any case matches.
+	if err := e.sim.InjectFault(Fault{Op: OpGetResponse, Kind: FaultInvalidDate, Survey: 4574, Response: strings.ToUpper(string(ids[0]))}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a := string(e.get("/v1/surveys/4574/responses/" + string(ids[0])).body); !strings.Contains(a, `"not a date"`) {
+			t.Fatalf("the faulted response: %s", a)
+		}
+		if b := string(e.get("/v1/surveys/4574/responses/" + string(ids[1])).body); strings.Contains(b, `"not a date"`) {
+			t.Fatalf("another response was faulted: %s", b)
+		}
+	}
+	if l := e.get("/v1/surveys/4574/responses?per_page=5"); strings.Contains(string(l.body), "not a date") {
+		t.Fatal("the fault changed a list page")
+	}
+	fs := e.sim.Faults()
+	if len(fs) != 1 || fs[0].Fired != 2 {
+		t.Fatalf("faults: %+v", fs)
+	}
+	var back FaultStatus
+	raw, err := json.Marshal(fs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &back); err != nil || back.Response != fs[0].Response {
+		t.Fatalf("round trip of %s: %+v, %v", raw, back, err)
+	}
+}
+
 // The hostile list answers of issue 19, each limited to one survey.
 func TestHostileListFaults(t *testing.T) {
 	e := newEnv(t, func(o *Options) {

@@ -40,32 +40,44 @@ func New(log *slog.Logger, first, max time.Duration, now func() time.Time) *Limi
 	return &Limiter{log: log, now: now, first: first, max: max, causes: map[string]*cause{}, maxCause: 256}
 }
 
-// Warn logs msg with attrs unless a line of the same cause (msg and the
-// error's text with ids and numbers masked) was logged within the current
-// back-off step; then it only counts. A logged line carries
+// Warn logs msg with attrs and err unless a line of the same cause (msg
+// and the error's text with ids and numbers masked) was logged within the
+// current back-off step; then it only counts. A logged line carries
 // "repeated" (occurrences since the previous line of the cause, counting
 // this one) once the cause repeats. A cause quiet for a whole step starts
-// again at the first step.
+// again at the first step (its line still counts what the last step
+// suppressed).
 func (l *Limiter) Warn(msg string, err error, attrs ...any) {
+	l.Log(slog.LevelWarn, msg, err, append(attrs, "err", err)...)
+}
+
+// Log is Warn at level, with the cause (why) given apart from the line's
+// attributes: the line has attrs only (the caller puts the error among
+// them as it names it).
+func (l *Limiter) Log(level slog.Level, msg string, why error, attrs ...any) {
 	key := msg
-	if err != nil {
-		key += "\x00" + Mask(err.Error())
+	if why != nil {
+		key += "\x00" + Mask(why.Error())
 	}
 	now := l.now()
 	l.mu.Lock()
 	c, ok := l.causes[key]
-	if ok && now.Sub(c.last) > c.step {
-		ok = false // quiet for a whole step: a new episode
-	}
-	if !ok {
-		if len(l.causes) >= l.maxCause {
+	if !ok || now.Sub(c.last) > c.step {
+		// New, or quiet for a whole step: a new episode.
+		carried := 0
+		if ok {
+			carried = c.suppressed
+		}
+		if !ok && len(l.causes) >= l.maxCause {
 			clear(l.causes)
 		}
-		c = &cause{step: l.first, next: now.Add(l.first)}
+		c = &cause{step: l.first, next: now.Add(l.first), last: now}
 		l.causes[key] = c
-		c.last = now
 		l.mu.Unlock()
-		l.log.Warn(msg, append(attrs, "err", err)...)
+		if carried > 0 {
+			attrs = append(attrs, "repeated", carried+1)
+		}
+		l.log.Log(context.Background(), level, msg, attrs...)
 		return
 	}
 	c.last = now
@@ -80,7 +92,7 @@ func (l *Limiter) Warn(msg string, err error, attrs ...any) {
 	c.next = now.Add(c.step)
 	step := c.step
 	l.mu.Unlock()
-	l.log.Log(context.Background(), slog.LevelWarn, msg, append(attrs, "err", err, "repeated", n, "next_line_in", step.String())...)
+	l.log.Log(context.Background(), level, msg, append(attrs, "repeated", n, "next_line_in", step.String())...)
 }
 
 // Mask replaces what varies between occurrences of one cause — numbers,

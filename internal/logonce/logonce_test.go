@@ -42,6 +42,27 @@ func TestOneLinePerStepWithCount(t *testing.T) {
 	}
 }
 
+// Occurrences that come in bursts further apart than the step (eight
+// streams failing together at each of their back-off steps) make one line
+// per burst, and each line counts the burst before it.
+func TestBurstsCarryTheirCount(t *testing.T) {
+	var out strings.Builder
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := New(slog.New(slog.NewTextHandler(&out, nil)), time.Second, time.Minute, func() time.Time { return now })
+	for _, gap := range []time.Duration{0, 2 * time.Second, 4 * time.Second} {
+		now = now.Add(gap)
+		for s := range 8 {
+			l.Log(slog.LevelInfo, "poll cycle failed", errors.New("token rejected at 12:00:01"), "stream", s, "error", "x")
+		}
+	}
+	if n := strings.Count(out.String(), "level=INFO"); n != 3 {
+		t.Fatalf("%d lines for 3 bursts, want 3:\n%s", n, out.String())
+	}
+	if strings.Count(out.String(), "repeated=8") != 2 || strings.Contains(out.String(), " err=") {
+		t.Fatalf("each line after the first counts the burst before it, and Log adds no err:\n%s", out.String())
+	}
+}
+
 func TestMask(t *testing.T) {
 	a := Mask("get_response survey 4574 response da45e3a1-1c3e-4b6e-9f5a-0d2c7c1b2a3e: 401 (request 12)")
 	b := Mask("get_response survey 17 response 00000000-0000-4000-8000-000000000001: 401 (request 9)")

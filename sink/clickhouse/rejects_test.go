@@ -6,11 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/survey"
 )
 
-var _ pipeline.RejectStore = (*Sink)(nil)
+var (
+	_ pipeline.RejectStore      = (*Sink)(nil)
+	_ warehouse.RejectInventory = (*Sink)(nil)
+)
 
 // migrationDDL renders one migration as golden text.
 func migrationDDL(t *testing.T, version int, d tmplData) string {
@@ -43,6 +49,23 @@ func TestGoldenDDLRejects(t *testing.T) {
 	}
 }
 
+func TestGoldenDDLRejectsListedStatus(t *testing.T) {
+	if got := migrationDDL(t, 93, newTmplData("surveysync", "", true)); !strings.Contains(got,
+		"ALTER TABLE surveysync.rejects ADD COLUMN listed_status String AFTER source") || strings.Contains(got, "Distributed") {
+		t.Errorf("single-server DDL:\n%s", got)
+	}
+	got := migrationDDL(t, 93, newTmplData("surveysync", "warehouse", true))
+	for _, want := range []string{
+		"ALTER TABLE surveysync.rejects_local ON CLUSTER warehouse ADD COLUMN listed_status String AFTER source",
+		"DROP TABLE IF EXISTS surveysync.rejects ON CLUSTER warehouse",
+		"ENGINE = Distributed(warehouse, surveysync, rejects_local, cityHash64(response_id))",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("cluster DDL lacks %q:\n%s", want, got)
+		}
+	}
+}
+
 func TestWriteRejects(t *testing.T) {
 	t.Run("single", func(t *testing.T) { testWriteRejects(t, nil, "rejects") })
 	// A one-shard cluster: rejects is a Distributed table over rejects_local.
@@ -58,7 +81,8 @@ func testWriteRejects(t *testing.T, mod func(*Options), storage string) {
 	at := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
 	recs := []pipeline.Reject{
 		{SurveyID: 4574, ResponseID: "da453b67-791e-4d4d-9009-75b1ed8a33c1", Stage: pipeline.StageFlatten, Reason: "date_out_of_range",
-			Error: "flatten response da453b67-… of survey 4574: date_completed 2200-01-01T00:00:00Z is outside 1970-01-01..2106-02-07", Source: "poll", RejectedAt: at},
+			Error: "flatten response da453b67-… of survey 4574: date_completed 2200-01-01T00:00:00Z is outside 1970-01-01..2106-02-07", Source: "poll", RejectedAt: at,
+			ListedStatus: survey.StatusCompleted},
 		// The id itself may be what is wrong: stored as it came.
 		{SurveyID: 4574, ResponseID: "not-a-guid", Stage: pipeline.StageFetch, Reason: "decode", Error: "odpověď: špatný JSON", Source: "webhook", RejectedAt: at.Add(time.Second)},
 	}
@@ -73,7 +97,7 @@ func testWriteRejects(t *testing.T, mod func(*Options), storage string) {
 		t.Fatal(err)
 	}
 	optimizeFinal(t, s, storage)
-	rows, err := s.Conn().Query(ctx, "SELECT survey_id, response_id, stage, reason, error, source, rejected_at FROM "+
+	rows, err := s.Conn().Query(ctx, "SELECT survey_id, response_id, stage, reason, error, source, listed_status, rejected_at FROM "+
 		s.table("rejects")+" ORDER BY rejected_at")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +107,7 @@ func testWriteRejects(t *testing.T, mod func(*Options), storage string) {
 	for rows.Next() {
 		var r pipeline.Reject
 		var rid string
-		if err := rows.Scan(&r.SurveyID, &rid, &r.Stage, &r.Reason, &r.Error, &r.Source, &r.RejectedAt); err != nil {
+		if err := rows.Scan(&r.SurveyID, &rid, &r.Stage, &r.Reason, &r.Error, &r.Source, &r.ListedStatus, &r.RejectedAt); err != nil {
 			t.Fatal(err)
 		}
 		r.ResponseID = survey.GUID(rid)
@@ -109,5 +133,58 @@ func TestWriteRejectsCancelled(t *testing.T) {
 	cancel()
 	if err := s.WriteRejects(ctx, []pipeline.Reject{{SurveyID: 1, ResponseID: "x"}}); err == nil {
 		t.Fatal("WriteRejects with a cancelled context succeeded")
+	}
+}
+
+// RejectedResponses returns the responses rejected when a list showed them
+// and not written since, with the latest such list's status (issue 19).
+func TestRejectedResponses(t *testing.T) {
+	t.Run("single", func(t *testing.T) { testRejectedResponses(t, nil) })
+	t.Run("cluster", func(t *testing.T) {
+		skipOnCluster(t)
+		testRejectedResponses(t, func(o *Options) { o.Cluster = "surveysync_local"; o.noOnClusterDDL = true })
+	})
+}
+
+func testRejectedResponses(t *testing.T, mod func(*Options)) {
+	s, _ := openTest(t, mod)
+	ctx := ctxT(t)
+	at := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
+	rej := func(n int, status string, at time.Time) pipeline.Reject {
+		return pipeline.Reject{SurveyID: 1, ResponseID: survey.GUID(guid(n)), Stage: pipeline.StageFetch, Reason: "bad_date",
+			Error: "x", Source: "poll", RejectedAt: at, ListedStatus: status}
+	}
+	if err := s.WriteRejects(ctx, []pipeline.Reject{
+		rej(1, survey.StatusCompleted, at),                     // rejected, never written
+		rej(2, survey.StatusPartial, at),                       // rejected twice: the latest status wins
+		rej(2, survey.StatusDisqualified, at.Add(time.Minute)), //
+		rej(3, survey.StatusCompleted, at),                     // written after the reject: the write wins
+		rej(4, survey.StatusCompleted, at.Add(time.Hour)),      // written, then rejected: the reject wins
+		rej(5, "", at), // a webhook's: no list status
+		{SurveyID: 2, ResponseID: survey.GUID(guid(6)), Stage: pipeline.StageFetch, Reason: "decode", Source: "poll", RejectedAt: at, ListedStatus: "completed"},
+		{SurveyID: 1, ResponseID: "not-a-guid", Stage: pipeline.StageFetch, Reason: "decode", Source: "poll", RejectedAt: at, ListedStatus: "partial"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := baseTime.Add(time.Hour)
+	writeBatch(t, s, []testResponse{
+		{ID: guid(3), SurveyID: 1, Version: uint64(at.Add(2 * time.Second).UnixNano()), Completed: &done, Answers: 1},
+		{ID: guid(4), SurveyID: 1, Version: uint64(at.UnixNano()), Completed: &done, Answers: 1},
+	})
+	got, err := s.RejectedResponses(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[survey.GUID]string{
+		survey.GUID(guid(1)): survey.StatusCompleted,
+		survey.GUID(guid(2)): survey.StatusDisqualified,
+		survey.GUID(guid(4)): survey.StatusCompleted,
+		"not-a-guid":         survey.StatusPartial,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RejectedResponses (-want +got):\n%s", diff)
+	}
+	if got, err := s.RejectedResponses(ctx, 3); err != nil || len(got) != 0 {
+		t.Errorf("RejectedResponses of a survey without rejects = %v, %v", got, err)
 	}
 }

@@ -70,6 +70,15 @@ type Inventory interface {
 	HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error)
 }
 
+// RejectInventory is implemented by an Inventory that can list a survey's
+// responses rejected when a list showed them and not written since, with
+// the status of that list (pipeline.Reject.ListedStatus): the poller holds
+// them as rejected after a restart, so that an unchanged one is not read
+// again (issue 19).
+type RejectInventory interface {
+	RejectedResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
+}
+
 // Lease is one daemon's claim on the warehouse (the single-instance guard,
 // docs/operations.md): who it is, renewed by a heartbeat.
 type Lease struct {

@@ -612,3 +612,64 @@ func TestReconcileDoesNotRereadUnchangedRejects(t *testing.T) {
 		t.Fatalf("cycle found %d (%v)", found, err)
 	}
 }
+
+// rejInv is an inventory that also knows the rejected responses not
+// written since (what the sinks' RejectedResponses read back).
+type rejInv struct {
+	inv
+	rejected map[survey.GUID]string
+}
+
+func (i rejInv) RejectedResponses(context.Context, int64) (map[survey.GUID]string, error) {
+	return i.rejected, nil
+}
+
+// After a restart the held set is empty: the responses rejected before it
+// come back from the reject records with the status they were listed at.
+// Listed so again — by the first cycle or by reconcile — they are not read
+// again; listed at another status (changed since), they are; one rejected
+// and then written is as written.
+func TestRejectsSurviveARestart(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(5, now.Add(-2*time.Hour), survey.StatusCompleted)
+	resps[3].status = survey.StatusDisqualified // rejected when listed as completed; changed since
+	api := &fakeAPI{resps: resps}
+	sub := &rejectingSub{}
+	store := rejInv{
+		inv: inv{resps[4].id: survey.StatusCompleted}, // rejected once, written since: not among the rejected
+		rejected: map[survey.GUID]string{
+			resps[0].id: survey.StatusCompleted, resps[1].id: survey.StatusCompleted, resps[3].id: survey.StatusCompleted,
+		},
+	}
+	p := New(Options{Statuses: []string{"completed", "disqualified"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, store)
+	ctx := context.Background()
+	if !p.preloadHeld(ctx, 1) {
+		t.Fatal("preloadHeld")
+	}
+	for _, st := range []string{"completed", "disqualified"} {
+		if _, err := p.cycle(ctx, 1, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if err := p.reconcile(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	for i, want := range []int{0, 0, 1, 1, 0} {
+		if sub.got[resps[i].id] != want {
+			t.Errorf("response %d read %d times, want %d", i, sub.got[resps[i].id], want)
+		}
+	}
+	// Without a held set, reconcile still reads the records.
+	sub2 := &rejectingSub{}
+	p = New(Options{Statuses: []string{"completed", "disqualified"}, HeldMax: -1, Now: func() time.Time { return now }}, api, sub2, &memStates{}, store)
+	if err := p.reconcile(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if sub2.got[resps[0].id] != 0 || sub2.got[resps[3].id] != 1 {
+		t.Errorf("without a held set: read %v", sub2.got)
+	}
+}

@@ -17,8 +17,10 @@ import (
 // status of the list that showed them), the pipeline's written responses
 // (Poller.Observe, which the daemon wires to the pipeline's OnResponse, so
 // responses that came by webhook count too), and the sink's inventory
-// (Inventory.CurrentResponses) read at a survey's first cycle and at every
-// reconcile, so a restart does not re-read the overlap.
+// (Inventory.CurrentResponses, and RejectInventory.RejectedResponses for
+// the responses rejected and not written since) read at a survey's first
+// cycle and at every reconcile, so a restart does not re-read the overlap
+// nor an unchanged rejected response.
 //
 // Memory is bounded: two generations of at most max/2 entries each (about
 // 20 bytes an entry: a 16-byte key, a status byte and the map's overhead;
@@ -175,6 +177,26 @@ func (h *held) putRejected(surveyID int64, id survey.GUID, status string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.old, k)
+	h.putLocked(k, st|hsRejected)
+}
+
+// seedRejected records that a response listed at status was rejected,
+// unless the set already knows the response: what this process learnt is
+// as new as the reject records it is seeded from, or newer (issue 19).
+func (h *held) seedRejected(surveyID int64, id survey.GUID, status string) {
+	st := statusCode(status)
+	if h.disabled || st == 0 {
+		return
+	}
+	k := keyOf(surveyID, id)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.young[k]; ok {
+		return
+	}
+	if _, ok := h.old[k]; ok {
+		return
+	}
 	h.putLocked(k, st|hsRejected)
 }
 

@@ -35,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -54,6 +55,16 @@ type Submitter interface {
 // lists. Optional.
 type Inventory interface {
 	CurrentResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
+}
+
+// RejectInventory is implemented by an Inventory that can list a survey's
+// responses rejected when a list showed them and not written since, with
+// that list's status: they are held as rejected at a survey's first cycle
+// and at every reconcile, so that after a restart an unchanged rejected
+// response is not read again (and adds no new reject record), while one
+// listed at another status is (issue 19).
+type RejectInventory interface {
+	RejectedResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error)
 }
 
 // Options tune the poller. Zero values take the defaults noted.
@@ -248,6 +259,11 @@ type Poller struct {
 	inflight map[streamKey]*pass // cycles running now, for the progress log
 
 	distrustCalls atomic.Int64 // list calls spent on answers not believed
+
+	// failLog logs failed cycles and reconciles once per root cause and
+	// back-off step, with a count: a revoked token fails every stream of
+	// every survey at once (issue 19).
+	failLog *logonce.Limiter
 }
 
 type streamKey struct {
@@ -286,6 +302,7 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 		firstDone:    make(chan struct{}),
 		inflight:     map[streamKey]*pass{},
 	}
+	p.failLog = logonce.New(o.Logger, time.Second, 5*time.Minute, o.Now)
 	for _, id := range o.Ended {
 		p.ended[id] = true
 	}

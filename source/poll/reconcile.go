@@ -23,10 +23,19 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 	if err != nil {
 		return fmt.Errorf("reconcile survey %d: read warehouse ids: %w", surveyID, err)
 	}
+	// The rejected responses not written since, held as rejected (after a
+	// restart, or when the held set forgot them): listed at the same status
+	// they are not read again.
+	rejected, err := p.rejectedResponses(ctx, surveyID)
+	if err != nil {
+		return fmt.Errorf("reconcile survey %d: read rejected ids: %w", surveyID, err)
+	}
+	p.holdRejected(surveyID, rejected)
 	// The lists end a second after the pass started, as windows start a
 	// second early: whether the service's bounds are inclusive is not
 	// documented, and a response written before the pass must be listed.
-	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, listed: make(map[survey.GUID]struct{}, len(have))}
+	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, rejected: rejected,
+		listed: make(map[survey.GUID]struct{}, len(have))}
 	defer func() {
 		if errors.Is(err, errNotBelieved) {
 			p.spentDistrusted(d.calls)
@@ -60,8 +69,11 @@ type reconcileDiff struct {
 	survey int64
 	until  time.Time              // the lists' upper bound: a second after the pass started
 	have   map[survey.GUID]string // the warehouse's current responses
-	listed map[survey.GUID]struct{}
-	calls  int64 // list calls
+	// rejected: responses rejected and not written since, with the status
+	// they were listed at (RejectInventory; nil without one).
+	rejected map[survey.GUID]string
+	listed   map[survey.GUID]struct{}
+	calls    int64 // list calls
 
 	missing, changed     []survey.GUID
 	missingSt, changedSt []string
@@ -168,12 +180,13 @@ func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream str
 }
 
 // compare records a response listed in stream that the warehouse lacks
-// (unless it was rejected when listed so: reading it again would reject it
-// again, and a changed one is listed otherwise) or holds at another status.
+// (unless it was rejected when listed so, in this process or as the reject
+// records say: reading it again would reject it again, and a changed one is
+// listed otherwise) or holds at another status.
 func (p *Poller) compare(d *reconcileDiff, id survey.GUID, stream string) {
 	status, ok := d.have[id]
 	switch {
-	case !ok && p.rejectedAt(d.survey, id, stream):
+	case !ok && (p.rejectedAt(d.survey, id, stream) || sameStatus(stream, statusCode(d.rejected[id]))):
 		p.m.reconciled.WithLabelValues("rejected_unchanged").Inc()
 	case !ok:
 		d.missing = append(d.missing, id)

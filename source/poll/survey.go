@@ -3,10 +3,14 @@ package poll
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/surveysync/surveysync/survey"
 )
 
 // surveyLoop is one survey's loop state (runSurvey): its streams'
@@ -52,9 +56,10 @@ func (p *Poller) runSurvey(ctx context.Context, id int64, r *surveyRun) error {
 }
 
 // preloadHeld fills the held set with what the warehouse holds of a
-// survey: after a restart the overlap and the partial lookback are
-// re-listed, and what the warehouse holds need not be fetched again. It
-// returns false when ctx ended.
+// survey, and with the responses rejected and not written since: after a
+// restart the overlap and the partial lookback are re-listed, and what the
+// warehouse holds need not be fetched again, nor what was rejected at the
+// status it is listed at. It returns false when ctx ended.
 func (p *Poller) preloadHeld(ctx context.Context, id int64) bool {
 	if p.inv == nil || p.o.HeldMax <= 0 {
 		return true
@@ -69,7 +74,36 @@ func (p *Poller) preloadHeld(ctx context.Context, id int64) bool {
 	for rid, st := range have {
 		p.held.put(id, rid, st)
 	}
+	rejected, err := p.rejectedResponses(ctx, id)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		p.o.Logger.Warn("read the rejected responses failed; a rejected response listed again is read again", "survey_id", id, "err", err)
+	}
+	p.holdRejected(id, rejected)
 	return true
+}
+
+// rejectedResponses returns what the inventory knows of a survey's rejected
+// responses not written since (none without a RejectInventory).
+func (p *Poller) rejectedResponses(ctx context.Context, id int64) (map[survey.GUID]string, error) {
+	ri, ok := p.inv.(RejectInventory)
+	if !ok {
+		return nil, nil
+	}
+	return ri.RejectedResponses(ctx, id)
+}
+
+// holdRejected holds each response of rejected as rejected at its listed
+// status, unless the held set knows it already (from this process: as new
+// as the records, or newer). The inventory returns only those not written
+// since their reject, so a later write (a fixed response) wins over an old
+// reject.
+func (p *Poller) holdRejected(id int64, rejected map[survey.GUID]string) {
+	for rid, st := range rejected {
+		p.held.seedRejected(id, rid, st)
+	}
 }
 
 func (p *Poller) newSurveyLoop(id int64, r *surveyRun) *surveyLoop {
@@ -113,7 +147,10 @@ func (p *Poller) runStream(ctx context.Context, id int64, stream string, s *sche
 	}
 	s.t1 = p.o.Now()
 	if s.err != nil && ctx.Err() == nil && (s.pass == nil || s.pass.believed()) && !p.unreadable(s.err) {
-		p.o.Logger.Warn("poll cycle failed; the window is read again next cycle",
+		// One line per cause and back-off step: the same failure of
+		// every stream of every survey (a revoked token) is one cause.
+		why := errors.New(strings.ReplaceAll(s.err.Error(), stream, "#"))
+		p.failLog.Log(slog.LevelWarn, "poll cycle failed; the window is read again next cycle", why,
 			"survey_id", id, "stream", stream, "err", s.err)
 	}
 }
@@ -197,7 +234,7 @@ func (p *Poller) reconcileIfDue(ctx context.Context, l *surveyLoop, ending bool)
 			p.o.Logger.Warn("reconcile: list answers not believed; retried at the reconcile interval",
 				"survey_id", l.id, "next_in", every, "err", err)
 		} else {
-			p.o.Logger.Warn("reconcile failed; retried later", "survey_id", l.id, "err", err)
+			p.failLog.Log(slog.LevelWarn, "reconcile failed; retried later", err, "survey_id", l.id, "err", err)
 			every = min(every, p.o.MaxIdleInterval)
 		}
 	} else {

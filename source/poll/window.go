@@ -222,7 +222,7 @@ func (p *Poller) submit(ctx context.Context, tr *tracker, w *window, surveyID in
 	tr.mu.Unlock()
 	rejected := false
 	err := p.sub.Submit(ctx, pipeline.Ref{
-		SurveyID: surveyID, ResponseID: id, Source: source, SkipUnchanged: tr.skipUnchanged,
+		SurveyID: surveyID, ResponseID: id, Source: source, SkipUnchanged: tr.skipUnchanged, ListedStatus: status,
 		OnReject: func() { rejected = true },
 		Done: func(err error) {
 			if err == nil {

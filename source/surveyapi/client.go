@@ -22,6 +22,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/surveysync/surveysync/internal/backoff"
+	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/internal/permanent"
 )
 
@@ -93,6 +94,7 @@ type Client struct {
 	hc         *http.Client
 	transport  *http.Transport // ours, when no HTTPClient was given; closed by Close
 	log        *slog.Logger
+	failLog    *logonce.Limiter // failed calls: one line per cause and back-off step
 	m          *metrics
 	conc       *adaptiveLimit
 	rate       *rate.Limiter // nil: unlimited
@@ -159,6 +161,7 @@ func New(o Options) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.failLog = logonce.New(c.log, time.Second, 5*time.Minute, nil)
 	// The exact spellings of docs/api.md §1; Go writes header keys as given.
 	c.header = http.Header{
 		"X-API-TOKEN":  {o.Token},
@@ -668,7 +671,7 @@ func (c *Client) logFailure(ctx context.Context, rq *request, attempt int, res *
 	if !c.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := []slog.Attr{
+	attrs := []any{
 		slog.String("op", rq.op),
 		slog.String("path", c.path(rq.url)),
 		slog.Int("attempt", attempt+1),
@@ -680,7 +683,18 @@ func (c *Client) logFailure(ctx context.Context, rq *request, attempt int, res *
 	if retryIn > 0 {
 		attrs = append(attrs, slog.Duration("retry_in", retryIn))
 	}
-	c.log.LogAttrs(ctx, level, "survey API call failed", attrs...)
+	if level == slog.LevelDebug {
+		c.log.Log(ctx, level, "survey API call failed", attrs...)
+		return
+	}
+	// One line per cause (operation, outcome and error, ids masked) and
+	// back-off step, with a count: a revoked token fails every call in
+	// flight at once (issue 19).
+	why := res.err
+	if why == nil {
+		why = errors.New(rq.op + " " + res.outcome)
+	}
+	c.failLog.Log(level, "survey API call failed", why, attrs...)
 }
 
 // parseRetryAfter reads delay-seconds or an HTTP date.
