@@ -60,6 +60,10 @@ type Options struct {
 	// Reload reads the configuration again (the same file, environment
 	// and flags) at a SIGHUP (reload.go); nil: SIGHUP is not handled.
 	Reload func() (*config.Config, error)
+	// PrivacyApplyCommand is the command a refusal to start with stricter
+	// privacy rules names (surveysync privacy apply with this run's
+	// configuration flags).
+	PrivacyApplyCommand string
 }
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
@@ -140,6 +144,13 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	}
 	if lease != nil {
 		defer lease.start(svcCtx)() // released before the warehouse closes
+	}
+	applyCmd := o.PrivacyApplyCommand
+	if applyCmd == "" {
+		applyCmd = "surveysync privacy apply --config <this configuration>"
+	}
+	if err := checkPrivacyRules(intakeCtx, cfg, wh, applyCmd, log); err != nil {
+		return startFailed(err)
 	}
 	d, err := assemble(intakeCtx, cfg, client, wh, log, reg)
 	if err != nil {

@@ -59,3 +59,37 @@ func Uint(k []byte) uint64 {
 	}
 	return binary.BigEndian.Uint64(k)
 }
+
+// Compact rewrites the database at path without its free pages, whose
+// bytes keep what was deleted (an erasure, a dropped value) until bbolt
+// reuses them: a copy is written, synced and renamed over the original,
+// so a crash leaves one or the other whole. db is closed; the database
+// opened again is returned.
+func Compact(db *bolt.DB, path, what string) (*bolt.DB, error) {
+	tmp := path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := Open(tmp, what+" copy")
+	if err != nil {
+		return db, err
+	}
+	err = bolt.Compact(dst, db, 32<<20)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return db, fmt.Errorf("%s %s: compact: %w", what, path, err)
+	}
+	if err := db.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("%s %s: compact: %w", what, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, fmt.Errorf("%s %s: compact: %w", what, path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return Open(path, what)
+}
