@@ -352,6 +352,12 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 	intake, ctx := errgroup.WithContext(ctx)
 	intake.Go(func() error { notifyReady(ctx, d, d.log); return nil })
 	intake.Go(func() error { return d.runLeaderWork(ctx) })
+	if d.eraser != nil && d.elector != nil {
+		// A follower reloads the tombstones as the leader's eraser does
+		// (every 10 s), so that it honours a recent erasure when a webhook
+		// names the response, or when it becomes the leader.
+		intake.Go(func() error { d.eraser.Watch(ctx, d.leading); return nil })
+	}
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
 	}
