@@ -155,6 +155,16 @@ func TestPrivacyApplyParquet(t *testing.T) {
 	if err != nil || strings.Contains(string(raw), privKey) || !strings.Contains(string(raw), `"ip_address":"drop"`) {
 		t.Errorf("_state/privacy.json: %v %s", err, raw)
 	}
+
+	// erase --contact finds the contact by its hash, in responses and in
+	// the feed ledger, and succeeds.
+	out := runErase(t, r.cfgPath, "--contact", fmt.Sprint(markerContact))
+	if !strings.Contains(out, "erased 1 responses") || !strings.Contains(out, "pushed_contacts=1") {
+		t.Errorf("erase --contact printed %q", out)
+	}
+	if hits := grepTree(t, r.dataDir, []string{want}); len(hits) > 0 {
+		t.Errorf("the erased contact's hash is left:\n%s", strings.Join(hits, "\n"))
+	}
 }
 
 func TestPrivacyApplyClickHouse(t *testing.T) {

@@ -23,6 +23,9 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
+// ErrInUse is Open's error when another process holds the file.
+var ErrInUse = errors.New("is in use by another process")
+
 // LockTimeout is how long Open waits for another process to release the
 // file before it gives up.
 const LockTimeout = 2 * time.Second
@@ -41,7 +44,7 @@ func Open(path, what string) (*bolt.DB, error) {
 		FreelistType:   bolt.FreelistMapType,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%s %s is in use by another process (a running surveysync?); each process needs its own", what, path)
+		return nil, fmt.Errorf("%s %s %w (a running surveysync?); each process needs its own", what, path, ErrInUse)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
