@@ -63,6 +63,13 @@ func Uint(k []byte) uint64 {
 	return binary.BigEndian.Uint64(k)
 }
 
+// HasFreePages reports whether db has free pages, which may keep the
+// bytes of deleted entries until Compact.
+func HasFreePages(db *bolt.DB) bool {
+	st := db.Stats()
+	return st.FreePageN+st.PendingPageN > 0
+}
+
 // Compact rewrites the database at path without its free pages, whose
 // bytes keep what was deleted (an erasure, a dropped value) until bbolt
 // reuses them: a copy is written, synced and renamed over the original,

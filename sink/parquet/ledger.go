@@ -290,8 +290,8 @@ func (l *FileLedger) RewriteContacts(ctx context.Context, fn func(e *record.Cont
 	if err != nil {
 		return 0, fmt.Errorf("feed ledger %s: rewrite contacts: %w", l.dir, err)
 	}
-	if n == 0 {
-		return 0, nil
+	if n == 0 && !kvstore.HasFreePages(l.db) {
+		return 0, nil // (free pages: a run killed before it compacted)
 	}
 	db, err := kvstore.Compact(l.db, filepath.Join(l.dir, ledgerDBName), "feed ledger")
 	if db != nil {
