@@ -60,6 +60,10 @@ type Options struct {
 	// Reload reads the configuration again (the same file, environment
 	// and flags) at a SIGHUP (reload.go); nil: SIGHUP is not handled.
 	Reload func() (*config.Config, error)
+	// PrivacyApplyCommand is the command a refusal to start with stricter
+	// privacy rules names (surveysync privacy apply with this run's
+	// configuration flags).
+	PrivacyApplyCommand string
 }
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
@@ -140,6 +144,13 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	}
 	if lease != nil {
 		defer lease.start(svcCtx)() // released before the warehouse closes
+	}
+	applyCmd := o.PrivacyApplyCommand
+	if applyCmd == "" {
+		applyCmd = "surveysync privacy apply --config <this configuration>"
+	}
+	if err := checkPrivacyRules(intakeCtx, cfg, wh, applyCmd, log); err != nil {
+		return startFailed(err)
 	}
 	d, err := assemble(intakeCtx, cfg, client, wh, log, reg)
 	if err != nil {
@@ -341,6 +352,12 @@ func (d *parts) runIntake(ctx context.Context, stop context.CancelFunc, o Option
 	intake, ctx := errgroup.WithContext(ctx)
 	intake.Go(func() error { notifyReady(ctx, d, d.log); return nil })
 	intake.Go(func() error { return d.runLeaderWork(ctx) })
+	if d.eraser != nil && d.elector != nil {
+		// A follower reloads the tombstones as the leader's eraser does
+		// (every 10 s), so that it honours a recent erasure when a webhook
+		// names the response, or when it becomes the leader.
+		intake.Go(func() error { d.eraser.Watch(ctx, d.leading); return nil })
+	}
 	if d.rx != nil {
 		intake.Go(func() error { return d.rx.Run(ctx) })
 	}

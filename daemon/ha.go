@@ -89,7 +89,7 @@ func (d *parts) leaderWork(ctx context.Context, withCopier bool) error {
 	if withCopier && d.copier != nil {
 		g.Go(func() error { return d.copier.Run(ctx) })
 	}
-	if d.eraser != nil { // the leader erases; every daemon honours the tombstones it loaded at start
+	if d.eraser != nil { // the leader erases; the others reload the tombstones (runIntake)
 		g.Go(func() error { return d.eraser.Run(ctx) })
 	}
 	return g.Wait()

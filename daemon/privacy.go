@@ -14,10 +14,24 @@ import (
 // everything. The key is read here (from the file or the variable) and
 // goes nowhere else.
 func newPolicy(cfg *config.Config) (*privacy.Policy, error) {
-	pc := cfg.Privacy
-	if !pc.Enabled() {
+	if !cfg.Privacy.Enabled() {
 		return nil, nil
 	}
+	o, err := policyOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := privacy.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("privacy: %w", err)
+	}
+	return p, nil
+}
+
+// policyOptions are the privacy: rules as pipeline/privacy takes them,
+// with the key when a rule hashes.
+func policyOptions(cfg *config.Config) (privacy.Options, error) {
+	pc := cfg.Privacy
 	o := privacy.Options{
 		IPAddress:      privacy.Action(pc.Fields.IPAddress),
 		ContactID:      privacy.Action(pc.Fields.ContactID),
@@ -34,15 +48,11 @@ func newPolicy(cfg *config.Config) (*privacy.Policy, error) {
 	if pc.UsesHash() {
 		k, err := pc.Key()
 		if err != nil {
-			return nil, err
+			return o, err
 		}
 		o.Key = k
 	}
-	p, err := privacy.New(o)
-	if err != nil {
-		return nil, fmt.Errorf("privacy: %w", err)
-	}
-	return p, nil
+	return o, nil
 }
 
 // privateWarehouse applies the policy to what the warehouse's webhook log

@@ -405,6 +405,28 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
+// Watch reloads the tombstones every Refresh until ctx ends, while skip
+// (nil: never) says no: a daemon that does not run Run (an ha follower)
+// honours an erasure made meanwhile by another process — when it receives
+// a webhook about the response, or becomes the leader — within Refresh.
+func (s *Service) Watch(ctx context.Context, skip func() bool) {
+	tick := time.NewTicker(s.o.Refresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if skip != nil && skip() {
+				continue
+			}
+			if err := s.Load(ctx); err != nil && ctx.Err() == nil {
+				s.o.Logger.Warn("reloading the tombstones failed; tried again at the next refresh", "err", err)
+			}
+		}
+	}
+}
+
 // Idle reports whether no response Deleted queued waits for Run (a
 // one-shot run waits for it before it stops; a failed erasure counts as
 // done here: its tombstone makes the next start finish it).

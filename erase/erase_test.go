@@ -188,6 +188,26 @@ func TestEraseContact(t *testing.T) {
 	}
 }
 
+func TestWatchLoadsTombstones(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFake()
+	s, _ := New(Options{Warehouse: f, Refresh: 10 * time.Millisecond})
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Watch(ctx, nil); close(done) }()
+	// Another process (an erase command, the leader) erases.
+	other, _ := New(Options{Warehouse: f})
+	if _, err := other.Erase(ctx, []warehouse.ResponseKey{key(1, id1)}, warehouse.ReasonRequest); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return s.Erased(1, survey.GUID(id1)) })
+	cancel()
+	<-done
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -229,10 +229,9 @@ files:
 	startDaemon(t, cfgPath, "--exit-when-synced").wait(t, 3*time.Minute)
 
 	// No trace under the data directory (every value of every Parquet file
-	// and its statistics) but the audit log; the uploaded-files index is
-	// a known exception (docs/privacy.md).
+	// and its statistics, the uploaded-files index) but the audit log.
 	for _, h := range grepTree(t, dataDir, ids) {
-		if strings.Contains(h, filepath.Join("_state", "erasures.jsonl")) || strings.Contains(h, "uploaded_files") {
+		if strings.Contains(h, filepath.Join("_state", "erasures.jsonl")) {
 			continue
 		}
 		t.Errorf("erased response left a trace: %s", h)

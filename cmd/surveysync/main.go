@@ -9,6 +9,8 @@
 //	surveysync config print [--config FILE]
 //	surveysync feed run NAME [--dry-run] [--config FILE]
 //	surveysync feed uncertain NAME | feed resolve NAME --as pushed|retry KEY...
+//	surveysync erase --survey S --response ID | --contact ID
+//	surveysync privacy apply [--all] [--dry-run]
 //	surveysync healthcheck [--ready] [--url URL]
 //	surveysync version
 //
@@ -53,6 +55,7 @@ Usage:
   surveysync resync --survey ID [--from DATE] [--to DATE]   read a survey's responses of a range again and write them as new versions
   surveysync export --survey ID [--output FILE] [--since TIME] [--bom] [--table T]   a survey's wide view (or long table) as CSV or Parquet (from ClickHouse, else the Parquet files)
   surveysync erase --survey S --response ID | --contact ID   erase responses physically, audited (docs/privacy.md)
+  surveysync privacy apply [--all] [--dry-run]   apply changed privacy rules to the data already written (docs/privacy.md)
   surveysync copy-from HOST:PORT [--from-database DB]   copy a single-node database into the configured ClickHouse (a cluster)
   surveysync healthcheck [--ready]           exit 0 if the daemon on this machine answers /healthz (/readyz)
   surveysync version
@@ -141,6 +144,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		fl.reload = reload
+		fl.privacyApply = privacyApplyCommand(rest)
 		return runDaemon(ctx, cfg, fl, stdout, stderr)
 	case "doctor":
 		cfg, _, code := load(command{name: "doctor", about: "Check what run needs: the API token, every survey id, the sink, the object store, every listener, every feed source. Exits 1 if a check fails."},
@@ -172,6 +176,8 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return feedCLI(ctx, rest, stdout, stderr)
 	case "erase":
 		return eraseCLI(ctx, rest, stdout, stderr)
+	case "privacy":
+		return privacyCLI(ctx, rest, stdout, stderr)
 	case "views":
 		var f viewsFlags
 		cfg, _, code := load(command{name: "views", configFlags: sinkFlags,

@@ -15,6 +15,7 @@ type runFlags struct {
 	exitWhenSynced bool
 	force          bool                           // start despite another daemon's live lease
 	reload         func() (*config.Config, error) // SIGHUP: the configuration again
+	privacyApply   string                         // the privacy apply command with run's configuration flags
 }
 
 // runDaemon is surveysync run: the daemon (package daemon) until SIGTERM,
@@ -23,10 +24,11 @@ type runFlags struct {
 func runDaemon(ctx context.Context, cfg *config.Config, fl runFlags, stdout, stderr io.Writer) int {
 	log := daemon.NewLogger(cfg, stderr)
 	err := daemon.Run(ctx, cfg, log, daemon.Options{
-		Version:        readBuildInfo().Version,
-		ExitWhenSynced: fl.exitWhenSynced,
-		Force:          fl.force,
-		Reload:         fl.reload,
+		Version:             readBuildInfo().Version,
+		ExitWhenSynced:      fl.exitWhenSynced,
+		Force:               fl.force,
+		Reload:              fl.reload,
+		PrivacyApplyCommand: fl.privacyApply,
 		OnSynced: func(n int64, where string) {
 			fmt.Fprintf(stdout, "surveysync: every survey is caught up (%d responses synced in all); the data is in %s\n", n, where)
 			printWhereToLook(stdout, cfg)

@@ -23,6 +23,9 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
+// ErrInUse is Open's error when another process holds the file.
+var ErrInUse = errors.New("is in use by another process")
+
 // LockTimeout is how long Open waits for another process to release the
 // file before it gives up.
 const LockTimeout = 2 * time.Second
@@ -41,7 +44,7 @@ func Open(path, what string) (*bolt.DB, error) {
 		FreelistType:   bolt.FreelistMapType,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%s %s is in use by another process (a running surveysync?); each process needs its own", what, path)
+		return nil, fmt.Errorf("%s %s %w (a running surveysync?); each process needs its own", what, path, ErrInUse)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
@@ -58,4 +61,45 @@ func Uint(k []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(k)
+}
+
+// HasFreePages reports whether db has free pages, which may keep the
+// bytes of deleted entries until Compact.
+func HasFreePages(db *bolt.DB) bool {
+	st := db.Stats()
+	return st.FreePageN+st.PendingPageN > 0
+}
+
+// Compact rewrites the database at path without its free pages, whose
+// bytes keep what was deleted (an erasure, a dropped value) until bbolt
+// reuses them: a copy is written, synced and renamed over the original,
+// so a crash leaves one or the other whole. db is closed; the database
+// opened again is returned.
+func Compact(db *bolt.DB, path, what string) (*bolt.DB, error) {
+	tmp := path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := Open(tmp, what+" copy")
+	if err != nil {
+		return db, err
+	}
+	err = bolt.Compact(dst, db, 32<<20)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return db, fmt.Errorf("%s %s: compact: %w", what, path, err)
+	}
+	if err := db.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("%s %s: compact: %w", what, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, fmt.Errorf("%s %s: compact: %w", what, path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return Open(path, what)
 }

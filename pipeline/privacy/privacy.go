@@ -42,11 +42,11 @@ const (
 
 // Rule selects questions; every selector set must match.
 type Rule struct {
-	Survey   int64  // 0: any
-	Question int64  // 0: any (needs Survey)
-	Variable string // "": any
-	Type     string // "": any; compared case-insensitively
-	Action   Action
+	Survey   int64  `json:"survey,omitempty"`   // 0: any
+	Question int64  `json:"question,omitempty"` // 0: any (needs Survey)
+	Variable string `json:"variable,omitempty"` // "": any
+	Type     string `json:"type,omitempty"`     // "": any; compared case-insensitively
+	Action   Action `json:"action"`
 }
 
 // Options are the rules, as config.Privacy holds them.
@@ -67,6 +67,9 @@ type Policy struct {
 	o        Options
 	paramAny Action
 	enabled  bool
+	// guard leaves values that already are hashes (IsHash) as they are:
+	// privacy apply (Delta) runs again over data it may have hashed.
+	guard bool
 }
 
 // New checks o and returns its Policy; nil when o keeps everything.
@@ -119,6 +122,29 @@ func (p *Policy) Hash(s string) string {
 	m := hmac.New(sha256.New, p.o.Key)
 	m.Write([]byte(s))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// hv is the stored form of a value to hash: its Hash, or the value itself
+// when p guards and it already is one.
+func (p *Policy) hv(s string) string {
+	if p.guard && IsHash(s) {
+		return s
+	}
+	return p.Hash(s)
+}
+
+// IsHash reports whether s has the form of a hash: 64 lowercase hex
+// digits.
+func IsHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // HashInt is Hash of n in decimal (how the service sends numbers).
@@ -188,7 +214,7 @@ func (p *Policy) Apply(r *survey.Response) {
 		r.IPAddress = ""
 	case Hash:
 		if r.IPAddress != "" {
-			r.IPAddress = p.Hash(r.IPAddress)
+			r.IPAddress = p.hv(r.IPAddress)
 		}
 	}
 	switch p.o.ContactID {
@@ -210,7 +236,7 @@ func (p *Policy) Apply(r *survey.Response) {
 			case Drop:
 				continue
 			case Hash:
-				u.Value = p.Hash(u.Value)
+				u.Value = p.hv(u.Value)
 			}
 			out = append(out, u)
 		}
@@ -240,7 +266,7 @@ func (p *Policy) hashAnswers(as []survey.Answer) []survey.Answer {
 	for i, a := range as {
 		switch {
 		case a.Text != nil && *a.Text != "":
-			a.Text = survey.Str(p.Hash(*a.Text))
+			a.Text = survey.Str(p.hv(*a.Text))
 		case a.Value != nil:
 			a.Text = survey.Str(p.HashInt(int64(*a.Value)))
 		}
@@ -303,8 +329,12 @@ func (p *Policy) WebhookBody(body []byte) []byte {
 		if p.o.IPAddress == Drop {
 			delete(m, "ip_address")
 		} else {
-			m["ip_address"] = quote(p.Hash(rawText(v)))
+			m["ip_address"] = quote(p.hv(rawText(v)))
 		}
+	}
+	if _, ok := m["contact_id_hash"]; ok && p.o.ContactID == Drop {
+		changed = true // a body stored with a hash (privacy apply of a changed rule)
+		delete(m, "contact_id_hash")
 	}
 	if v, ok := m["contact_id"]; ok && (p.o.ContactID == Drop || p.o.ContactID == Hash) {
 		changed = true
@@ -360,7 +390,7 @@ func (p *Policy) webhookParams(v json.RawMessage) (json.RawMessage, bool) {
 			delete(obj, name)
 			changed = true
 		case Hash:
-			obj[name] = quote(p.Hash(rawText(val)))
+			obj[name] = quote(p.hv(rawText(val)))
 			changed = true
 		}
 	}

@@ -21,7 +21,10 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
+	"github.com/surveysync/surveysync/internal/kvstore"
+	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -157,9 +160,8 @@ func (w *dirWarehouse) Erasures(context.Context) ([]warehouse.Erasure, error) {
 }
 
 // EraseRows rewrites the responses and answers files and the rejects
-// files that hold rows of keys without them, and returns the rows removed
-// per table. uploaded_files.jsonl and the feed ledger are not rewritten
-// (docs/privacy.md).
+// files that hold rows of keys without them, removes their rows from the
+// uploaded-files index, and returns the rows removed per table.
 func (w *dirWarehouse) EraseRows(ctx context.Context, keys []warehouse.ResponseKey) (map[string]int64, error) {
 	ids := map[string]bool{}
 	surveys := map[int64]bool{}
@@ -193,7 +195,44 @@ func (w *dirWarehouse) EraseRows(ctx context.Context, keys []warehouse.ResponseK
 	}
 	n, err := w.eraseRejects(ids)
 	found["rejects"] = n
+	if err != nil {
+		return found, err
+	}
+	nf, err := w.eraseFileIndex(keys)
+	if nf > 0 {
+		found["uploaded_files"] = nf
+	}
 	return found, err
+}
+
+// eraseFileIndex removes the responses' rows from the uploaded-files
+// index (uploaded_files.db), compacted so that no free page keeps their
+// file ids. While a daemon holds the index (an erase command beside it),
+// it is left to the daemon: its eraser erases again, at its next refresh,
+// every erasure completed in the last two minutes.
+func (w *dirWarehouse) eraseFileIndex(keys []warehouse.ResponseKey) (int64, error) {
+	if _, err := os.Stat(filepath.Join(w.dir, "uploaded_files.db")); errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	idx, err := w.FileIndex()
+	if errors.Is(err, kvstore.ErrInUse) {
+		w.log.Info("parquet sink: the uploaded-files index is held by the running daemon, which erases the rows of these responses at its next refresh", "responses", len(keys))
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	erased := map[warehouse.ResponseKey]bool{}
+	for _, k := range keys {
+		erased[warehouse.ResponseKey{SurveyID: k.SurveyID, ResponseID: survey.GUID(strings.ToLower(string(k.ResponseID)))}] = true
+	}
+	n, err := idx.(*FileIndex).Remove(func(r files.Record) bool {
+		return erased[warehouse.ResponseKey{SurveyID: r.SurveyID, ResponseID: survey.GUID(strings.ToLower(string(r.ResponseID)))}]
+	})
+	if err != nil {
+		return int64(n), fmt.Errorf("parquet sink: erase from the uploaded-files index: %w", err)
+	}
+	return int64(n), nil
 }
 
 // rewriteWithout replaces the file at path by one without the rows whose
@@ -461,8 +500,26 @@ func (w *dirWarehouse) contactRows(ctx context.Context, path string, contactID i
 	return nil
 }
 
-// EraseContact cannot erase from the Parquet warehouse's feed ledger yet:
-// it says so (the contact's responses are erased before it is called).
-func (w *dirWarehouse) EraseContact(context.Context, int64, string) (int64, error) {
-	return 0, errors.New("parquet sink: the feed ledger (_feeds/) cannot erase a contact yet: remove its lines by hand (docs/privacy.md)")
+// EraseContact removes the contact's entries from the feed ledger
+// (_feeds/ledger.db): by contact id, and by its hash when hash is not ""
+// (privacy.fields.contact_id: hash; entries written before the rule hold
+// the id). The ledger is compacted so that no free page keeps them. A
+// daemon holding the ledger (running feeds) makes it fail: run the
+// command again with the daemon stopped.
+func (w *dirWarehouse) EraseContact(ctx context.Context, contactID int64, hash string) (int64, error) {
+	if _, err := os.Stat(filepath.Join(w.dir, "_feeds", ledgerDBName)); errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	l, err := w.FeedLedger()
+	if errors.Is(err, kvstore.ErrInUse) {
+		return 0, fmt.Errorf("parquet sink: the feed ledger is held by the running daemon (its feeds): stop it and run the command again to erase the contact's feed entries: %w", err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	hash = strings.ToLower(hash)
+	return l.(*FileLedger).RewriteContacts(ctx, func(e *record.ContactEntry) (bool, bool) {
+		match := (contactID != 0 && e.ContactID == contactID) || (hash != "" && strings.ToLower(e.ContactIDHash) == hash)
+		return false, match
+	})
 }

@@ -235,3 +235,44 @@ func (ix *FileIndex) Close() error {
 }
 
 var _ files.Index = (*FileIndex)(nil)
+
+// Remove deletes the rows of the files match selects (an erased response's,
+// a dropped question's) and compacts the database, so that no free page
+// keeps their bytes. It returns how many it removed.
+func (ix *FileIndex) Remove(match func(files.Record) bool) (int, error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.db == nil {
+		return 0, fmt.Errorf("file index %s: closed", ix.path)
+	}
+	var keys []string
+	for k, r := range ix.latest {
+		if match(r) {
+			keys = append(keys, k)
+		}
+	}
+	err := ix.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketFiles)
+		for _, k := range keys {
+			if err := b.Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("file index %s: remove %d rows: %w", ix.path, len(keys), err)
+	}
+	if len(keys) == 0 && !kvstore.HasFreePages(ix.db) {
+		return 0, nil // (free pages: a run killed before it compacted)
+	}
+	for _, k := range keys {
+		delete(ix.latest, k)
+	}
+	db, err := kvstore.Compact(ix.db, ix.path, "file index")
+	ix.db = db
+	if err != nil {
+		return len(keys), err
+	}
+	return len(keys), nil
+}

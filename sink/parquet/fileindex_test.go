@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,45 @@ func TestFileIndexImportsFormerJSONL(t *testing.T) {
 	checkStored(t, ix)
 	if _, err := os.Stat(former); !os.IsNotExist(err) {
 		t.Errorf("the former file is still there: %v", err)
+	}
+}
+
+// Remove deletes the rows it selects, and no byte of them is left in the
+// file (compacted), across a reopen too.
+func TestFileIndexRemoveLeavesNoBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "uploaded_files.db")
+	ix, err := OpenFileIndex(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := testRef
+	other.ResponseID, other.FileID = "aaaaaaaa-0000-4000-8000-000000000002", "bbbbbbbb-0000-4000-8000-000000000002"
+	if err := ix.Record(context.Background(), []files.Record{{FileRef: testRef, Version: 1}, {FileRef: other, Version: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ix.Remove(func(r files.Record) bool { return r.ResponseID == testRef.ResponseID })
+	if err != nil || n != 1 {
+		t.Fatalf("Remove = %d, %v", n, err)
+	}
+	if _, ok := ix.Get(testRef); ok || len(ix.All()) != 1 {
+		t.Errorf("after Remove: %+v", ix.All())
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), string(testRef.ResponseID)) || !strings.Contains(string(raw), string(other.ResponseID)) {
+		t.Error("the removed row's bytes are still in the file, or the other row's are not")
+	}
+	ix, err = OpenFileIndex(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if len(ix.All()) != 1 {
+		t.Errorf("after reopen: %+v", ix.All())
 	}
 }

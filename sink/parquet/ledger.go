@@ -234,3 +234,68 @@ func (l *FileLedger) load(ctx context.Context, bucket []byte, feed string, fn fu
 		after = keys[len(keys)-1]
 	}
 }
+
+// RewriteContacts passes every contact entry of every feed to fn, which
+// changes it in place and says whether it changed it or whether the entry
+// is to be removed; the changed entries are written back in one
+// transaction, and the file is compacted so that no free page keeps their
+// former bytes. It returns the entries changed or removed. The caller
+// holds the ledger alone (a daemon's feeds do not record meanwhile).
+func (l *FileLedger) RewriteContacts(ctx context.Context, fn func(e *record.ContactEntry) (changed, remove bool)) (int64, error) {
+	var n int64
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketContacts)
+		return root.ForEachBucket(func(feed []byte) error {
+			b := root.Bucket(feed)
+			var puts, dels [][]byte
+			var vals [][]byte
+			err := b.ForEach(func(k, v []byte) error {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				var e record.ContactEntry
+				if json.Unmarshal(v, &e) != nil {
+					return nil // not an entry of ours: left alone
+				}
+				changed, remove := fn(&e)
+				switch {
+				case remove:
+					dels = append(dels, bytes.Clone(k))
+				case changed:
+					nv, err := json.Marshal(e)
+					if err != nil {
+						return err
+					}
+					puts, vals = append(puts, bytes.Clone(k)), append(vals, nv)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range dels {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+			for i, k := range puts {
+				if err := b.Put(k, vals[i]); err != nil {
+					return err
+				}
+			}
+			n += int64(len(dels) + len(puts))
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("feed ledger %s: rewrite contacts: %w", l.dir, err)
+	}
+	if n == 0 && !kvstore.HasFreePages(l.db) {
+		return 0, nil // (free pages: a run killed before it compacted)
+	}
+	db, err := kvstore.Compact(l.db, filepath.Join(l.dir, ledgerDBName), "feed ledger")
+	if db != nil {
+		l.db = db
+	}
+	return n, err
+}

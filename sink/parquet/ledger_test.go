@@ -131,3 +131,42 @@ func TestFileLedgerHeldOnce(t *testing.T) {
 		t.Fatalf("second open: %v", err)
 	}
 }
+
+// RewriteContacts changes and removes entries, and the file keeps no byte
+// of what it removed.
+func TestFileLedgerRewriteContacts(t *testing.T) {
+	dir := t.TempDir()
+	l, err := NewFileLedger(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := l.RecordContacts(ctx, []record.ContactEntry{
+		{Feed: "crm", Key: "a", ContactID: 918273645}, {Feed: "crm", Key: "b", ContactID: 7}, {Feed: "shop", Key: "c", ContactID: 918273645},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := l.RewriteContacts(ctx, func(e *record.ContactEntry) (bool, bool) {
+		if e.ContactID == 918273645 {
+			return false, true
+		}
+		e.ContactIDHash, e.ContactID = "h7", 0
+		return true, false
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("RewriteContacts = %d, %v", n, err)
+	}
+	if got := ledgerKeys(t, l, "crm") + "|" + ledgerKeys(t, l, "shop"); got != "b|" {
+		t.Errorf("keys left %q", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ledgerDBName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "918273645") || !strings.Contains(string(raw), `"contact_id_hash":"h7"`) {
+		t.Error("the ledger file keeps a removed contact id, or lacks the rewritten entry")
+	}
+}

@@ -44,6 +44,9 @@ type Warehouse interface {
 	// Leases is nil when the backend keeps no leases of the daemons
 	// writing it (the Parquet folder is locked on disk instead).
 	Leases() Leases
+	// Privacy records the privacy rules in effect and rewrites written
+	// data for stricter ones.
+	Privacy() PrivacyStore
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error

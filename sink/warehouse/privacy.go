@@ -1,0 +1,30 @@
+package warehouse
+
+import (
+	"context"
+
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/pipeline/privacy"
+)
+
+// PrivacyStore keeps the record of the privacy rules in effect when the
+// warehouse's data was written, and rewrites that data when stricter rules
+// are applied to it (surveysync privacy apply; docs/privacy.md, "Changing
+// the rules on an existing warehouse").
+type PrivacyStore interface {
+	// PrivacyRules returns the recorded rules (privacy.Rules as JSON); nil
+	// when none were recorded (a new warehouse, or one written before the
+	// record existed).
+	PrivacyRules(ctx context.Context) ([]byte, error)
+	// RecordPrivacyRules records rules durably, replacing the former ones.
+	RecordPrivacyRules(ctx context.Context, rules []byte) error
+	// HasData reports whether any response row is written.
+	HasData(ctx context.Context) (bool, error)
+	// ApplyPrivacy rewrites the rows already written as d says — in
+	// responses, answers, the feed ledger, the webhook log — and removes
+	// the index rows of uploaded files whose question d drops, after
+	// calling deleteObjects with them (nil: no files are copied). It
+	// returns the rows changed per table. It is idempotent: run again
+	// after a crash, it finishes what is left.
+	ApplyPrivacy(ctx context.Context, d *privacy.Delta, deleteObjects func(context.Context, []files.FileRef) error) (map[string]int64, error)
+}
