@@ -228,14 +228,17 @@ func (o *Options) setDefaults() {
 // Poller runs one loop per survey; each stream of a survey has its own
 // schedule.
 type Poller struct {
-	o      Options
-	lister Lister
-	sub    Submitter
-	states pipeline.StateStore
-	inv    Inventory
-	m      *metrics
-	held   *held
-	budget *budget // nil without Options.CallCount
+	o Options
+	// reconciling holds a token while a reconcile pass runs: one at a
+	// time, poller-wide (reconcile.go).
+	reconciling chan struct{}
+	lister      Lister
+	sub         Submitter
+	states      pipeline.StateStore
+	inv         Inventory
+	m           *metrics
+	held        *held
+	budget      *budget // nil without Options.CallCount
 
 	mu      sync.Mutex
 	state   map[streamKey]pipeline.StreamState
@@ -284,16 +287,18 @@ func New(o Options, l Lister, s Submitter, states pipeline.StateStore, inv Inven
 	o.setDefaults()
 	p := &Poller{
 		o: o, lister: l, sub: s, states: states, inv: inv,
-		m:       newMetrics(o.Registerer, o.Statuses),
-		held:    newHeld(o.HeldMax),
-		state:   map[streamKey]pipeline.StreamState{},
-		rescan:  map[streamKey]time.Time{},
-		surveys: map[int64]*surveyRun{},
-		ended:   map[int64]bool{},
-		adds:    map[int64]struct{}{},
-		removed: map[int64]bool{},
-		addSig:  make(chan struct{}, 1),
-		wakeAll: make(chan struct{}, 1),
+		m:    newMetrics(o.Registerer, o.Statuses),
+		held: newHeld(o.HeldMax),
+		// One reconcile pass at a time, poller-wide (reconcile.go).
+		reconciling: make(chan struct{}, 1),
+		state:       map[streamKey]pipeline.StreamState{},
+		rescan:      map[streamKey]time.Time{},
+		surveys:     map[int64]*surveyRun{},
+		ended:       map[int64]bool{},
+		adds:        map[int64]struct{}{},
+		removed:     map[int64]bool{},
+		addSig:      make(chan struct{}, 1),
+		wakeAll:     make(chan struct{}, 1),
 
 		resyncSig: make(chan struct{}, 1),
 

@@ -17,7 +17,35 @@ import (
 // another status than the warehouse shows (a change the windows missed, such
 // as a late completion dated before the watermark's overlap). A quota-full
 // response, listed as quotafull but detailed as disqualified, is no change.
-func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
+//
+// One survey is reconciled at a time (Poller.reconciling): a pass holds the
+// survey's ids twice (the warehouse's and the lists'), the one structure
+// whose size is the survey's, so concurrent passes over several large
+// surveys added up (issue 19). reconcile waits for its turn.
+func (p *Poller) reconcile(ctx context.Context, surveyID int64) error {
+	select {
+	case p.reconciling <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.reconciling }()
+	return p.reconcileSurvey(ctx, surveyID)
+}
+
+// tryReconcile reconciles a survey unless another survey's pass runs; ran
+// is false then (the survey's loop tries again soon, and keeps polling
+// meanwhile).
+func (p *Poller) tryReconcile(ctx context.Context, surveyID int64) (ran bool, err error) {
+	select {
+	case p.reconciling <- struct{}{}:
+	default:
+		return false, nil
+	}
+	defer func() { <-p.reconciling }()
+	return true, p.reconcileSurvey(ctx, surveyID)
+}
+
+func (p *Poller) reconcileSurvey(ctx context.Context, surveyID int64) (err error) {
 	start := p.o.Now()
 	have, err := p.inv.CurrentResponses(ctx, surveyID)
 	if err != nil {
@@ -35,7 +63,7 @@ func (p *Poller) reconcile(ctx context.Context, surveyID int64) (err error) {
 	// second early: whether the service's bounds are inclusive is not
 	// documented, and a response written before the pass must be listed.
 	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, rejected: rejected,
-		listed: make(map[survey.GUID]struct{}, len(have))}
+		listed: make(map[heldKey]struct{}, len(have))}
 	defer func() {
 		if errors.Is(err, errNotBelieved) {
 			p.spentDistrusted(d.calls)
@@ -72,8 +100,8 @@ type reconcileDiff struct {
 	// rejected: responses rejected and not written since, with the status
 	// they were listed at (RejectInventory; nil without one).
 	rejected map[survey.GUID]string
-	listed   map[survey.GUID]struct{}
-	calls    int64 // list calls
+	listed   map[heldKey]struct{} // keyOf(survey, id): 16 bytes an id, not a string
+	calls    int64                // list calls
 
 	missing, changed     []survey.GUID
 	missingSt, changedSt []string
@@ -83,7 +111,7 @@ type reconcileDiff struct {
 func (d *reconcileDiff) vanished() []survey.GUID {
 	var out []survey.GUID
 	for id := range d.have {
-		if _, ok := d.listed[id]; !ok {
+		if _, ok := d.listed[keyOf(d.survey, id)]; !ok {
 			out = append(out, id)
 		}
 	}
@@ -99,9 +127,9 @@ func (d *reconcileDiff) vanished() []survey.GUID {
 // poll cycle does not read behind its watermark's overlap).
 func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream string) error {
 	for attempt := 1; ; attempt++ {
-		var again map[survey.GUID]struct{} // the ids of a pass after the first
+		var again map[heldKey]struct{} // the ids of a pass after the first
 		if attempt > 1 {
-			again = map[survey.GUID]struct{}{}
+			again = map[heldKey]struct{}{}
 		}
 		total, last, err := p.reconcilePass(ctx, d, stream, again)
 		if err != nil || last == total {
@@ -123,7 +151,7 @@ func (p *Poller) reconcileList(ctx context.Context, d *reconcileDiff, stream str
 // or pages beyond the cap, fail with errNotBelieved; a page adding no id
 // new to the pass ends it. A pass after the first collects its ids in
 // again (a second id set, only while a list moves); the first needs none.
-func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream string, again map[survey.GUID]struct{}) (first, last int, err error) {
+func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream string, again map[heldKey]struct{}) (first, last int, err error) {
 	absolute := p.o.MaxReconcileResponses/p.o.PerPage + 10
 	limit := absolute
 	for page := 1; ; page++ {
@@ -149,18 +177,19 @@ func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream str
 		}
 		added := 0
 		for _, it := range l.Data {
-			_, dup := d.listed[it.ResponseID]
+			k := keyOf(d.survey, it.ResponseID)
+			_, dup := d.listed[k]
 			if again != nil {
-				if _, seen := again[it.ResponseID]; seen {
+				if _, seen := again[k]; seen {
 					continue
 				}
-				again[it.ResponseID] = struct{}{}
+				again[k] = struct{}{}
 			} else if dup {
 				continue
 			}
 			added++
 			if !dup {
-				d.listed[it.ResponseID] = struct{}{}
+				d.listed[k] = struct{}{}
 				p.compare(d, it.ResponseID, stream)
 			}
 		}

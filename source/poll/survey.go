@@ -225,7 +225,18 @@ func (p *Poller) reconcileIfDue(ctx context.Context, l *surveyLoop, ending bool)
 		return true
 	}
 	every := p.stretched(p.o.ReconcileInterval)
-	if err := p.reconcile(ctx, l.id); err != nil {
+	var err error
+	if ending {
+		err = p.reconcile(ctx, l.id) // the survey's final pass waits its turn
+	} else {
+		var ran bool
+		if ran, err = p.tryReconcile(ctx, l.id); !ran && err == nil {
+			// Another survey's pass runs: try again after a cycle.
+			l.nextReconcile = p.o.Now().Add(min(p.o.PollInterval, p.o.MaxIdleInterval))
+			return true
+		}
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return false
 		}
