@@ -270,7 +270,12 @@ wait:
 				details.sample(base)
 			}
 			if metricsPort != 0 {
+				before := mem["go_memstats_next_gc_bytes"]
 				mem.sample(metricsPort)
+				if after := mem["go_memstats_next_gc_bytes"]; after > before && after > 100e6 {
+					// A new peak of the live heap: profile it.
+					heapProfile(metricsPort, filepath.Join(o.heapDir, "heap-peak.pb.gz"))
+				}
 			}
 		case <-heapTick.C:
 			nHeap++

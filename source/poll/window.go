@@ -90,7 +90,9 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 	w := c.tr.open(from, to)
 	defer c.tr.sealed(w)
 	// Never sized by the total: it is only the service's claim.
-	seen := make(map[survey.GUID]int8, min(first.Total, 4*p.o.PerPage))
+	// Keyed by 16 bytes, not the id's string: a window of 50,000 ids
+	// kept each list page's strings alive (issue 19's heap profile).
+	seen := make(map[heldKey]int8, min(first.Total, 4*p.o.PerPage))
 	cur := first
 	for attempt := int8(1); ; attempt++ {
 		total := cur.Total
@@ -126,7 +128,7 @@ func (p *Poller) page(ctx context.Context, c *pass, from, to time.Time, first *s
 // submits every id not seen in this pass (seen maps an id to the last
 // pass that saw it) and returns the pass's last page. A failed list call
 // or a pass beyond the page cap fails the window.
-func (p *Poller) pagePass(ctx context.Context, c *pass, w *window, first *survey.ResponseList, attempt int8, seen map[survey.GUID]int8) (*survey.ResponseList, error) {
+func (p *Poller) pagePass(ctx context.Context, c *pass, w *window, first *survey.ResponseList, attempt int8, seen map[heldKey]int8) (*survey.ResponseList, error) {
 	from, to := w.from, w.to
 	limit := p.maxPages(first.Total, p.o.MaxWindowPages)
 	cur := first
@@ -166,13 +168,14 @@ func (p *Poller) pagePass(ctx context.Context, c *pass, w *window, first *survey
 // submitPage considers every id of a page not yet seen in this pass (an id
 // submitted in an earlier pass is not submitted again) and returns how many
 // were new to the pass.
-func (p *Poller) submitPage(ctx context.Context, c *pass, w *window, l *survey.ResponseList, attempt int8, seen map[survey.GUID]int8) (added int, err error) {
+func (p *Poller) submitPage(ctx context.Context, c *pass, w *window, l *survey.ResponseList, attempt int8, seen map[heldKey]int8) (added int, err error) {
 	for _, it := range l.Data {
-		prev, dup := seen[it.ResponseID]
+		k := keyOf(c.survey, it.ResponseID)
+		prev, dup := seen[k]
 		if prev == attempt {
 			continue
 		}
-		seen[it.ResponseID] = attempt
+		seen[k] = attempt
 		added++
 		if dup {
 			continue // submitted in an earlier pass
