@@ -61,7 +61,7 @@ type Ref struct {
 // Options tune the pipeline. Zero values take the defaults noted.
 type Options struct {
 	FetchConcurrency int           // concurrent detail fetches (16)
-	MaxRows          int           // answer rows per batch (30 000, as sync.batch.max_rows)
+	MaxRows          int           // answer rows per batch (10 000, as sync.batch.max_rows)
 	MaxBytes         int           // approximate bytes per batch (64 MiB)
 	MaxDelay         time.Duration // longest a response waits in a batch (1 s)
 	UrgentDelay      time.Duration // longest an Urgent ref waits in a batch (50 ms)
