@@ -59,6 +59,7 @@ type options struct {
 	ceilingConc    int           // its concurrency (0: the daemon's api.max_concurrency)
 	heapDir        string        // write the daemon's heap profiles here
 	heapEvery      time.Duration
+	pinEmulator    string // taskset CPU list for the emulator ("": not pinned)
 }
 
 func main() {
@@ -77,6 +78,7 @@ func main() {
 	flag.IntVar(&o.ceilingConc, "ceiling-concurrency", 0, "the bare client's concurrent requests (0: the daemon's api.max_concurrency)")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "a folder to write the daemon's heap profiles to (metrics.pprof on)")
 	flag.DurationVar(&o.heapEvery, "heap-every", 5*time.Second, "interval between heap profiles")
+	flag.StringVar(&o.pinEmulator, "pin-emulator", "", "run the emulator on these CPUs (taskset -c, GOMAXPROCS=1); start the harness under taskset -c on the others")
 	flag.Parse()
 	if *addr == "" {
 		log.Fatal("set -clickhouse or SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
@@ -109,8 +111,18 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	simCmd := exec.Command(filepath.Join(dir, "surveysim"), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--surveys", strconv.Itoa(surveys), "--responses", strconv.Itoa(responses), "--token", "bench-token")
+	simArgs := []string{filepath.Join(dir, "surveysim"), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--surveys", strconv.Itoa(surveys), "--responses", strconv.Itoa(responses), "--token", "bench-token"}
+	if o.pinEmulator != "" {
+		// The service on a CPU of its own, as the real one is: start the
+		// harness under `taskset -c <another>` so that the daemon and
+		// the bare client share the rest.
+		simArgs = append([]string{"taskset", "-c", o.pinEmulator}, simArgs...)
+	}
+	simCmd := exec.Command(simArgs[0], simArgs[1:]...)
+	if o.pinEmulator != "" {
+		simCmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	}
 	simCmd.Stderr = os.Stderr
 	if err := simCmd.Start(); err != nil {
 		return err
