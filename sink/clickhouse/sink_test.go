@@ -103,6 +103,16 @@ func TestOpenConcurrentFreshDatabase(t *testing.T) {
 	if testAddr() == "" {
 		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
 	}
+	if onCluster() {
+		// Three first starts at once on a replicated 18.16 cluster run the
+		// same ALTER … ADD COLUMN … ON CLUSTER three times; 18.16's
+		// DDLWorker can die on the copy that fails ("column already
+		// exists", then "Node exists … /executed" in ZooKeeper), and every
+		// later ON CLUSTER statement of that node times out (seen in CI:
+		// the rest of the cluster pass hung). docs/operations.md tells to
+		// start one daemon first on a fresh database of such a cluster.
+		t.Skip("concurrent first starts on a replicated ClickHouse 18.x cluster can stop a node's DDL worker (docs/operations.md)")
+	}
 	db := randomDB()
 	var wg sync.WaitGroup
 	sinks := make([]*Sink, 3)
