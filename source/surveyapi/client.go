@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,7 @@ func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
 // and meant to be shared by every caller in the process: the limits, the
 // 429 gate, the 402 pause and the 401 stop are the client's, not a call's.
 type Client struct {
+	names      sync.Pool // of *interner: the details' repeated strings (fastdecode.go)
 	base       string
 	token      string
 	header     http.Header

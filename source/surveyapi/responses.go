@@ -97,9 +97,20 @@ func (c *Client) GetResponse(ctx context.Context, surveyID int64, responseID sur
 	subject := "survey " + strconv.FormatInt(surveyID, 10) + " response " + string(rid)
 	_, err = c.do(ctx, &request{op: op, method: http.MethodGet, url: u, subject: subject},
 		func(_ int, reqID string, body []byte, ct string) (string, error) {
-			r, id, err := decodeResult[survey.Response](reqID, body, ct, false)
-			if err != nil {
-				return id, err
+			names, _ := c.names.Get().(*interner)
+			if names == nil {
+				names = newInterner()
+			}
+			r, id, ok := fastResponse(body, names)
+			c.names.Put(names)
+			if id == "" {
+				id = reqID
+			}
+			if !ok {
+				var err error
+				if r, id, err = decodeResult[survey.Response](reqID, body, ct, false); err != nil {
+					return id, err
+				}
 			}
 			if err := checkResponse(r, rid); err != nil {
 				return id, err
