@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -51,7 +52,13 @@ type budget struct {
 	first int64
 	inUse atomic.Int64 // bytes reserved now
 	peak  atomic.Int64 // most bytes ever reserved at once
+	bufs  sync.Pool    // of *[poolBuf]byte: the buffers of bodies announced up to poolBuf bytes, reused
 }
+
+// poolBuf is the size of the reused body buffers: a detail or a list page
+// of up to 64 KiB (most are a few KB) is read into one of them, with no
+// allocation; a decoded value never references its body's bytes.
+const poolBuf = 64 << 10
 
 // acquire reserves n bytes. When they are not free at once it waits
 // (until ctx ends) through w.
@@ -107,6 +114,7 @@ type heldBody struct {
 	b    []byte
 	held int64
 	bg   *budget
+	pbuf *[poolBuf]byte // the pooled buffer b was cut from, given back on release
 }
 
 func (b *heldBody) Bytes() []byte {
@@ -121,6 +129,10 @@ func (b *heldBody) release() {
 		b.bg.release(b.held)
 		b.held = 0
 		b.b = nil
+		if b.pbuf != nil {
+			b.bg.bufs.Put(b.pbuf)
+			b.pbuf = nil
+		}
 	}
 }
 
@@ -179,7 +191,17 @@ func (bg *budget) read(ctx context.Context, w waiter, r io.Reader, length int64,
 			return nil, err
 		}
 	}
-	out.b = make([]byte, 0, out.held)
+	if length >= 0 && out.held <= poolBuf {
+		// Cut to the reservation, so that the body grows (and reserves
+		// more) exactly as with a buffer of its own.
+		out.pbuf, _ = bg.bufs.Get().(*[poolBuf]byte)
+		if out.pbuf == nil {
+			out.pbuf = new([poolBuf]byte)
+		}
+		out.b = out.pbuf[:0:out.held]
+	} else {
+		out.b = make([]byte, 0, out.held)
+	}
 	for {
 		if len(out.b) == cap(out.b) {
 			if int64(cap(out.b)) > limit {
