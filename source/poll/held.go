@@ -156,34 +156,24 @@ func (h *held) get(surveyID int64, id survey.GUID) uint8 {
 
 // put records that a response is in the sink at status.
 func (h *held) put(surveyID int64, id survey.GUID, status string) {
-	st := statusCode(status)
-	if h.disabled || st == 0 {
-		return
-	}
-	k := keyOf(surveyID, id)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.old, k)
-	h.putLocked(k, st)
+	h.record(surveyID, id, status, 0, false)
 }
 
 // putRejected records that a response listed at status was rejected.
 func (h *held) putRejected(surveyID int64, id survey.GUID, status string) {
-	st := statusCode(status)
-	if h.disabled || st == 0 {
-		return
-	}
-	k := keyOf(surveyID, id)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.old, k)
-	h.putLocked(k, st|hsRejected)
+	h.record(surveyID, id, status, hsRejected, false)
 }
 
 // seedRejected records that a response listed at status was rejected,
 // unless the set already knows the response: what this process learnt is
 // as new as the reject records it is seeded from, or newer (issue 19).
 func (h *held) seedRejected(surveyID int64, id survey.GUID, status string) {
+	h.record(surveyID, id, status, hsRejected, true)
+}
+
+// record holds a response at status with flags; keepKnown leaves one the
+// set already knows as it is.
+func (h *held) record(surveyID int64, id survey.GUID, status string, flags uint8, keepKnown bool) {
 	st := statusCode(status)
 	if h.disabled || st == 0 {
 		return
@@ -191,13 +181,17 @@ func (h *held) seedRejected(surveyID int64, id survey.GUID, status string) {
 	k := keyOf(surveyID, id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.young[k]; ok {
-		return
+	if keepKnown {
+		if _, ok := h.young[k]; ok {
+			return
+		}
+		if _, ok := h.old[k]; ok {
+			return
+		}
+	} else {
+		delete(h.old, k)
 	}
-	if _, ok := h.old[k]; ok {
-		return
-	}
-	h.putLocked(k, st|hsRejected)
+	h.putLocked(k, st|flags)
 }
 
 func (h *held) putLocked(k heldKey, st uint8) {
