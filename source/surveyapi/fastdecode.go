@@ -37,9 +37,9 @@ func fastResponse(body []byte, names *interner) (r *survey.Response, requestID s
 	ok = d.object(func(key []byte) bool {
 		switch string(key) {
 		case "meta":
-			return d.once(&have, 1) && d.meta(&reqID, &reqIDSnake)
+			return once(&have, 1) && d.meta(&reqID, &reqIDSnake)
 		case "result":
-			return d.once(&have, 2) && d.response(r)
+			return once(&have, 2) && d.response(r)
 		}
 		return d.unknown(key, "meta", "result")
 	})
@@ -152,16 +152,7 @@ func (d *fastDecoder) null() bool { return d.literal("null") }
 
 // once marks bit in have, failing if it was marked: a key given twice is
 // left to encoding/json (which merges or replaces, depending on the type).
-func (d *fastDecoder) once(have *uint8, bit uint8) bool {
-	if *have&bit != 0 {
-		return false
-	}
-	*have |= bit
-	return true
-}
-
-// once16 is once for the structs with more than eight keys.
-func (d *fastDecoder) once16(have *uint16, bit uint16) bool {
+func once[T uint8 | uint16](have *T, bit T) bool {
 	if *have&bit != 0 {
 		return false
 	}
@@ -533,56 +524,44 @@ func (d *fastDecoder) meta(reqID, reqIDSnake *string) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "requestId":
-			return d.once(&have, 1) && d.optString(reqID)
+			return once(&have, 1) && d.optString(reqID, false)
 		case "request_id":
-			return d.once(&have, 2) && d.optString(reqIDSnake)
+			return once(&have, 2) && d.optString(reqIDSnake, false)
 		case "http_status":
-			return d.once(&have, 4) && d.skip(0)
+			return once(&have, 4) && d.skip(0)
 		case "status_code":
-			return d.once(&have, 8) && d.skip(0)
+			return once(&have, 8) && d.skip(0)
 		}
 		return d.unknown(key, "requestId", "request_id", "http_status", "status_code", "errors", "message")
 	})
 }
 
-// optString reads a string field: null leaves it as it is.
-func (d *fastDecoder) optString(dst *string) bool {
-	if d.null() {
-		return true
+// text reads a string; repeats marks one that likely repeats across
+// responses (a label, a title), which is interned.
+func (d *fastDecoder) text(repeats bool) (string, bool) {
+	if repeats {
+		return d.name()
 	}
-	s, ok := d.str()
-	*dst = s
-	return ok
+	return d.str()
 }
 
-// optName is optString for a string that repeats across responses.
-func (d *fastDecoder) optName(dst *string) bool {
+// optString reads a string field: null leaves it as it is.
+func (d *fastDecoder) optString(dst *string, repeats bool) bool {
 	if d.null() {
 		return true
 	}
-	s, ok := d.name()
+	s, ok := d.text(repeats)
 	*dst = s
 	return ok
 }
 
 // strPtr reads a *string field: null is nil.
-func (d *fastDecoder) strPtr(dst **string) bool {
+func (d *fastDecoder) strPtr(dst **string, repeats bool) bool {
 	if d.null() {
 		*dst = nil
 		return true
 	}
-	s, ok := d.str()
-	*dst = d.newStr(s)
-	return ok
-}
-
-// namePtr is strPtr for a string that repeats across responses.
-func (d *fastDecoder) namePtr(dst **string) bool {
-	if d.null() {
-		*dst = nil
-		return true
-	}
-	s, ok := d.name()
+	s, ok := d.text(repeats)
 	*dst = d.newStr(s)
 	return ok
 }
@@ -712,34 +691,34 @@ func (d *fastDecoder) response(r *survey.Response) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "response_id":
-			if !d.once16(&have, 1<<0) {
+			if !once(&have, 1<<0) {
 				return false
 			}
 			g, ok := d.guid()
 			r.ResponseID = g
 			return ok
 		case "survey_id":
-			return d.once16(&have, 1<<1) && d.optInt(&r.SurveyID)
+			return once(&have, 1<<1) && d.optInt(&r.SurveyID)
 		case "contact_id":
-			return d.once16(&have, 1<<2) && d.intPtr(&r.ContactID)
+			return once(&have, 1<<2) && d.intPtr(&r.ContactID)
 		case "distribution_id":
-			return d.once16(&have, 1<<3) && d.intPtr(&r.DistributionID)
+			return once(&have, 1<<3) && d.intPtr(&r.DistributionID)
 		case "survey_name":
-			return d.once16(&have, 1<<4) && d.optName(&r.SurveyName)
+			return once(&have, 1<<4) && d.optString(&r.SurveyName, true)
 		case "ip_address":
-			return d.once16(&have, 1<<5) && d.optString(&r.IPAddress)
+			return once(&have, 1<<5) && d.optString(&r.IPAddress, false)
 		case "date_created":
-			return d.once16(&have, 1<<6) && d.time(&r.DateCreated)
+			return once(&have, 1<<6) && d.time(&r.DateCreated)
 		case "date_completed":
-			return d.once16(&have, 1<<7) && d.timePtr(&r.DateCompleted)
+			return once(&have, 1<<7) && d.timePtr(&r.DateCompleted)
 		case "total_time":
-			return d.once16(&have, 1<<8) && d.flexPtr(&r.TotalTime)
+			return once(&have, 1<<8) && d.flexPtr(&r.TotalTime)
 		case "response_status":
-			return d.once16(&have, 1<<9) && d.optName(&r.ResponseStatus)
+			return once(&have, 1<<9) && d.optString(&r.ResponseStatus, true)
 		case "url_parameters":
-			return d.once16(&have, 1<<10) && slice(d, &r.URLParameters, &d.params, (*fastDecoder).urlParameter)
+			return once(&have, 1<<10) && slice(d, &r.URLParameters, &d.params, (*fastDecoder).urlParameter)
 		case "pages":
-			return d.once16(&have, 1<<11) && slice(d, &r.Pages, &d.pages, (*fastDecoder).page)
+			return once(&have, 1<<11) && slice(d, &r.Pages, &d.pages, (*fastDecoder).page)
 		}
 		return d.unknown(key, responseKeys...)
 	})
@@ -750,9 +729,9 @@ func (d *fastDecoder) urlParameter(p *survey.URLParameter) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "name":
-			return d.once(&have, 1) && d.optName(&p.Name)
+			return once(&have, 1) && d.optString(&p.Name, true)
 		case "value":
-			return d.once(&have, 2) && d.optString(&p.Value)
+			return once(&have, 2) && d.optString(&p.Value, false)
 		}
 		return d.unknown(key, "name", "value")
 	})
@@ -763,9 +742,9 @@ func (d *fastDecoder) page(p *survey.Page) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "id":
-			return d.once(&have, 1) && d.optInt(&p.ID)
+			return once(&have, 1) && d.optInt(&p.ID)
 		case "questions":
-			return d.once(&have, 2) && slice(d, &p.Questions, &d.questions, (*fastDecoder).question)
+			return once(&have, 2) && slice(d, &p.Questions, &d.questions, (*fastDecoder).question)
 		}
 		return d.unknown(key, "id", "questions")
 	})
@@ -776,15 +755,15 @@ func (d *fastDecoder) question(q *survey.Question) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "id":
-			return d.once(&have, 1) && d.optInt(&q.ID)
+			return once(&have, 1) && d.optInt(&q.ID)
 		case "type":
-			return d.once(&have, 2) && d.optName(&q.Type)
+			return once(&have, 2) && d.optString(&q.Type, true)
 		case "title":
-			return d.once(&have, 4) && d.optName(&q.Title)
+			return once(&have, 4) && d.optString(&q.Title, true)
 		case "variable":
-			return d.once(&have, 8) && d.optName(&q.Variable)
+			return once(&have, 8) && d.optString(&q.Variable, true)
 		case "answers":
-			return d.once(&have, 16) && slice(d, &q.Answers, &d.answers, (*fastDecoder).answer)
+			return once(&have, 16) && slice(d, &q.Answers, &d.answers, (*fastDecoder).answer)
 		}
 		return d.unknown(key, "id", "type", "title", "variable", "answers")
 	})
@@ -798,25 +777,25 @@ func (d *fastDecoder) answer(a *survey.Answer) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "row_id":
-			return d.once16(&have, 1<<0) && d.flexPtr(&a.RowID)
+			return once(&have, 1<<0) && d.flexPtr(&a.RowID)
 		case "row_label":
-			return d.once16(&have, 1<<1) && d.namePtr(&a.RowLabel)
+			return once(&have, 1<<1) && d.strPtr(&a.RowLabel, true)
 		case "column_id":
-			return d.once16(&have, 1<<2) && d.flexPtr(&a.ColumnID)
+			return once(&have, 1<<2) && d.flexPtr(&a.ColumnID)
 		case "column_label":
-			return d.once16(&have, 1<<3) && d.namePtr(&a.ColumnLabel)
+			return once(&have, 1<<3) && d.strPtr(&a.ColumnLabel, true)
 		case "choice_id":
-			return d.once16(&have, 1<<4) && d.flexPtr(&a.ChoiceID)
+			return once(&have, 1<<4) && d.flexPtr(&a.ChoiceID)
 		case "choice_label":
-			return d.once16(&have, 1<<5) && d.namePtr(&a.ChoiceLabel)
+			return once(&have, 1<<5) && d.strPtr(&a.ChoiceLabel, true)
 		case "other_id":
-			return d.once16(&have, 1<<6) && d.flexPtr(&a.OtherID)
+			return once(&have, 1<<6) && d.flexPtr(&a.OtherID)
 		case "text":
-			return d.once16(&have, 1<<7) && d.strPtr(&a.Text)
+			return once(&have, 1<<7) && d.strPtr(&a.Text, false)
 		case "value":
-			return d.once16(&have, 1<<8) && d.flexPtr(&a.Value)
+			return once(&have, 1<<8) && d.flexPtr(&a.Value)
 		case "file_id":
-			return d.once16(&have, 1<<9) && d.guidPtr(&a.FileID)
+			return once(&have, 1<<9) && d.guidPtr(&a.FileID)
 		}
 		return d.unknown(key, answerKeys...)
 	})
