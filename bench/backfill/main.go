@@ -60,6 +60,7 @@ type options struct {
 	heapDir        string        // write the daemon's heap profiles here
 	heapEvery      time.Duration
 	pinEmulator    string // taskset CPU list for the emulator ("": not pinned)
+	daemonEnv      envList
 }
 
 func main() {
@@ -78,6 +79,7 @@ func main() {
 	flag.IntVar(&o.ceilingConc, "ceiling-concurrency", 0, "the bare client's concurrent requests (0: the daemon's api.max_concurrency)")
 	flag.StringVar(&o.heapDir, "heap-profiles", "", "a folder to write the daemon's heap profiles to (metrics.pprof on)")
 	flag.DurationVar(&o.heapEvery, "heap-every", 5*time.Second, "interval between heap profiles")
+	flag.Var(&o.daemonEnv, "daemon-env", "KEY=VALUE added to the daemon's environment only (repeatable), e.g. GOGC=200")
 	flag.StringVar(&o.pinEmulator, "pin-emulator", "", "run the emulator on these CPUs (taskset -c, GOMAXPROCS=1); start the harness under taskset -c on the others")
 	flag.Parse()
 	if *addr == "" {
@@ -249,6 +251,7 @@ sync:
 	details.sample(base) // the calls so far (the ceiling's) are not the daemon's
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(dir, "surveysync"), "run", "--config", cfgPath, "--exit-when-synced")
+	cmd.Env = append(os.Environ(), o.daemonEnv...)
 	logf, _ := os.Create(filepath.Join(os.TempDir(), "surveysync-bench.log"))
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -536,4 +539,17 @@ func waitPort(port int, d time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("emulator did not listen on %d", port)
+}
+
+// envList is a repeatable KEY=VALUE flag.
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, " ") }
+
+func (e *envList) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	*e = append(*e, v)
+	return nil
 }

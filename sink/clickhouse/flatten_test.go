@@ -111,7 +111,7 @@ func BenchmarkFlattenWrite(b *testing.B) {
 	query := insertSQL(s.table(flatten.TableAnswers), flatten.AnswersSchema)
 	cols := make([]any, ref.Answers.NumCols())
 	for i, f := range ref.Answers.Schema().Fields() {
-		v, err := columnValues(ref.Answers.Column(i), f, uuidColumns[f.Name])
+		v, err := new(conv).values(ref.Answers.Column(i), f, uuidColumns[f.Name])
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func BenchmarkInsertAnswers(b *testing.B) {
 	// The raw path's column slices, converted once outside the timing.
 	cols := make([]any, batch.Answers.NumCols())
 	for i, f := range batch.Answers.Schema().Fields() {
-		v, err := columnValues(batch.Answers.Column(i), f, uuidColumns[f.Name])
+		v, err := new(conv).values(batch.Answers.Column(i), f, uuidColumns[f.Name])
 		if err != nil {
 			b.Fatal(err)
 		}

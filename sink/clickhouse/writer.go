@@ -82,6 +82,12 @@ func (s *Sink) insertRecord(ctx context.Context, table string, rec arrow.RecordB
 // fails midway writes none of them: a batch stays all or nothing.
 const insertBlockRows = 4096
 
+// maxEncodeBuffer is how many encoded bytes of a block the driver gathers
+// before it writes them to the connection (clickhouse-go's
+// MaxCompressionBuffer, 10 MiB by default; no compression is asked for, so
+// it only bounds the buffer each connection keeps between queries).
+const maxEncodeBuffer = 1 << 20
+
 // insertOnce prepares a fresh batch, appends rec column-wise, one block at
 // a time, and sends it.
 func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.RecordBatch) error {
@@ -91,12 +97,13 @@ func (s *Sink) insertOnce(ctx context.Context, query string, rec arrow.RecordBat
 	}
 	defer batch.Close()
 	rows := rec.NumRows()
+	var cv conv
 	for off := int64(0); off < rows || off == 0; off += insertBlockRows {
 		block := rec
 		if rows > insertBlockRows {
 			block = rec.NewSlice(off, min(off+insertBlockRows, rows))
 		}
-		err := appendRecord(batch, block, uuidColumns)
+		err := appendRecord(batch, block, uuidColumns, &cv)
 		if block != rec {
 			block.Release()
 		}
