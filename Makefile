@@ -25,7 +25,7 @@ test: ## the test suite, race detector on (integration tests run when SURVEYSYNC
 CLUSTER_TEST_PKGS ?= ./sink/clickhouse/ ./source/feed/
 
 test-cluster: ## the ClickHouse integration tests against the test cluster (make cluster-up, then export its variables)
-	SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER=1 $(GO) test -count=1 -timeout 20m $(CLUSTER_TEST_PKGS)
+	GO=$(GO) scripts/test-cluster.sh $(CLUSTER_TEST_PKGS)
 
 race: test ## alias of test
 

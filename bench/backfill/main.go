@@ -249,6 +249,10 @@ sync:
 	mem := memPeaks{}
 	details := &detailRate{}
 	details.sample(base) // the calls so far (the ceiling's) are not the daemon's
+	var shares cpuShares
+	if cluster == "" && len(addrs) == 1 {
+		shares.start(addrs[0])
+	}
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(dir, "surveysync"), "run", "--config", cfgPath, "--exit-when-synced")
 	cmd.Env = append(os.Environ(), o.daemonEnv...)
@@ -298,6 +302,7 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	shares.stop()
 	daemonCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	var lag string
 	if cluster != "" {
@@ -320,6 +325,9 @@ wait:
 	fmt.Printf("CPU time: daemon %s, emulator %s (wall %s, 2 cores = %s)\n",
 		(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Round(100*time.Millisecond),
 		cpuTime(simCmd.Process.Pid).Round(100*time.Millisecond), elapsed.Round(100*time.Millisecond), (2 * elapsed).Round(100*time.Millisecond))
+	if line := shares.String(); line != "" {
+		fmt.Printf("CPU time beside the daemon's, over the same span: %s\n", line)
+	}
 	if up, ok := startedAt(logf.Name()); ok && up.After(start) {
 		startup := up.Sub(start)
 		fmt.Printf("of which start-up (connect, migrations) %s; after it: %.0f responses/s\n",
