@@ -22,6 +22,7 @@ import (
 func clusterOrSkip(t *testing.T) (*chcluster.Cluster, *testWarehouse) {
 	t.Helper()
 	c := chcluster.FromEnv(t)
+	c.Quiet(t) // no other package's test takes a node down meanwhile
 	conn, err := ch.Open(&ch.Options{Addr: c.Addrs})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ func TestCopySingleNodeToCluster(t *testing.T) {
 	if single == "" || onCluster() {
 		t.Skip("needs the single test server and the cluster (first pass of make test)")
 	}
+	c.Quiet(t) // no other package's test takes a node down meanwhile
 	ctx := ctxT(t)
 	src, err := Open(ctx, Options{Addr: []string{single}, Database: randomDB()})
 	if err != nil {
