@@ -497,18 +497,8 @@ func startedAt(logPath string) (time.Time, bool) {
 
 // cpuTime is the user + system time of a running process (/proc/pid/stat).
 func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	t := readProcTimes(pid)
+	return t.user + t.sys
 }
 
 func vmHWM(pid int) int64 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,8 +108,10 @@ type cpuShares struct {
 // start begins the span; addr is the daemon's ClickHouse (host:port), found
 // among the local listeners.
 func (c *cpuShares) start(addr string) {
-	if _, p, err := splitPort(addr); err == nil {
-		c.chPID = listenerPID(p)
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		if p, err := strconv.Atoi(port); err == nil {
+			c.chPID = listenerPID(p)
+		}
 	}
 	if c.chPID != 0 {
 		c.ch0 = readProcTimes(c.chPID)
@@ -141,13 +144,4 @@ func (c *cpuShares) String() string {
 			c.machineD.busy.Round(10*time.Millisecond), c.machineD.sys.Round(10*time.Millisecond)))
 	}
 	return strings.Join(parts, "; ")
-}
-
-func splitPort(addr string) (string, int, error) {
-	i := strings.LastIndex(addr, ":")
-	if i < 0 {
-		return "", 0, fmt.Errorf("%q: no port", addr)
-	}
-	p, err := strconv.Atoi(addr[i+1:])
-	return addr[:i], p, err
 }
