@@ -207,12 +207,12 @@ func setRateLimit(t *testing.T, path string, perSecond int) string {
 	return path
 }
 
-// TestCopyFromSingleNodeThenRunOnCluster: the documented move of a
+// TestClusterCopyFromSingleNodeThenRun: the documented move of a
 // single-node deployment to a cluster, through the real binary: a backfill
 // into the single node, `surveysync copy-from` into the cluster, then the
 // daemon on the cluster, which finds everything in place (the emulator's
 // truth, each response once).
-func TestCopyFromSingleNodeThenRunOnCluster(t *testing.T) {
+func TestClusterCopyFromSingleNodeThenRun(t *testing.T) {
 	w := clickhouseOrSkip(t)
 	c, cw := clusterOrSkip(t)
 	e := newEmulator(t, sim.Options{Surveys: specs(2, 400, 77)})

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// TestLayout: the cluster is 2 shards x 2 replicas, and every node's macros
+// TestClusterLayout: the cluster is 2 shards x 2 replicas, and every node's macros
 // match its place in it.
-func TestLayout(t *testing.T) {
+func TestClusterLayout(t *testing.T) {
 	c := FromEnv(t)
 	if len(c.Addrs) != 4 {
 		t.Fatalf("%d addresses, want 4: %v", len(c.Addrs), c.Addrs)
@@ -32,9 +32,9 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-// TestKillStart kills node 4 and starts it again: it answers again, and a
+// TestClusterKillStart kills node 4 and starts it again: it answers again, and a
 // row inserted into its shard meanwhile reaches it.
-func TestKillStart(t *testing.T) {
+func TestClusterKillStart(t *testing.T) {
 	c := FromEnv(t)
 	c.WaitAll(t)
 	db := "chcluster_test"

@@ -17,11 +17,11 @@ import (
 	"github.com/surveysync/surveysync/pipeline"
 )
 
-// TestClusterLayout builds the cluster layout (<t>_local + Distributed) on
+// TestLayoutOnOneShardCluster builds the cluster layout (<t>_local + Distributed) on
 // the one-shard cluster "surveysync_local" that scripts/clickhouse-up.sh
 // declares, without ON CLUSTER (that needs ZooKeeper), and runs the view
 // checks through the Distributed tables.
-func TestClusterLayout(t *testing.T) {
+func TestLayoutOnOneShardCluster(t *testing.T) {
 	if testAddr() == "" {
 		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
 	}
@@ -106,16 +106,16 @@ func TestPasswordNeverLogged(t *testing.T) {
 	}
 }
 
-// TestFailoverWhenNodeDies: with every node of the test cluster in
+// TestClusterFailoverWhenNodeDies: with every node of the test cluster in
 // clickhouse.addr, the Sink talks to the first; when that node is killed,
 // the next write goes through another node (clickhouse-go dials the
-// addresses in order), and nothing written is lost. Runs in the first test
-// pass only (not under SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER, whose other
-// packages use the cluster at the same time).
-func TestFailoverWhenNodeDies(t *testing.T) {
+// addresses in order), and nothing written is lost. Runs with the cluster
+// tests of make test-cluster, not again in its on-cluster pass
+// (SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER, whose tests use the cluster).
+func TestClusterFailoverWhenNodeDies(t *testing.T) {
 	c := chcluster.FromEnv(t)
 	if onCluster() {
-		t.Skip("runs in the first pass (make test), not in test-cluster")
+		t.Skip("runs once, with the cluster tests of make test-cluster, not in its on-cluster pass")
 	}
 	c.Lock(t)
 	done := baseTime.Add(time.Hour)
@@ -196,14 +196,14 @@ func syncReplicas(t *testing.T, addrs []string, db string, tables ...string) {
 	})
 }
 
-// TestOpenWithANodeDown: the migrations of a fresh database wait for every
+// TestClusterOpenWithANodeDown: the migrations of a fresh database wait for every
 // node; with one down, Open fails within clickhouse.ddl_timeout with an
 // error that names the cluster and what to check, and succeeds once the
 // node is back.
-func TestOpenWithANodeDown(t *testing.T) {
+func TestClusterOpenWithANodeDown(t *testing.T) {
 	c := chcluster.FromEnv(t)
 	if onCluster() {
-		t.Skip("runs in the first pass (make test), not in test-cluster")
+		t.Skip("runs once, with the cluster tests of make test-cluster, not in its on-cluster pass")
 	}
 	c.Lock(t)
 	c.Kill(t, 4)

@@ -13,17 +13,17 @@ import (
 	"github.com/surveysync/surveysync/pipeline"
 )
 
-// TestCopySingleNodeToCluster moves a single-node database (the server of
+// TestClusterCopyFromSingleNode moves a single-node database (the server of
 // SURVEYSYNC_TEST_CLICKHOUSE_ADDR) to the test cluster with CopyFrom:
 // responses at several versions, a deletion, answers, rejects and
 // checkpoints. The views on the cluster then show exactly what they showed
 // on the single node, every response on one shard, and a second copy
 // (after a failure half-way, say) changes nothing.
-func TestCopySingleNodeToCluster(t *testing.T) {
+func TestClusterCopyFromSingleNode(t *testing.T) {
 	c := chcluster.FromEnv(t)
 	single := os.Getenv("SURVEYSYNC_TEST_CLICKHOUSE_ADDR")
 	if single == "" || onCluster() {
-		t.Skip("needs the single test server and the cluster (first pass of make test)")
+		t.Skip("needs the single test server and the cluster (the cluster tests of make test-cluster)")
 	}
 	c.Quiet(t) // no other package's test takes a node down meanwhile
 	ctx := ctxT(t)
