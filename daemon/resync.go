@@ -18,6 +18,7 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/poll"
 	"github.com/surveysync/surveysync/source/surveyapi"
@@ -41,7 +42,10 @@ const adminHeader = "X-Surveysync-Admin"
 // newPipeline is the pipeline of a daemon or of a one-shot resync.
 func newPipeline(cfg *config.Config, onResponse func(context.Context, int64, survey.GUID, *survey.Response), erased func(int64, survey.GUID) bool, f pipeline.Fetcher, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *pipeline.Pipeline {
 	return pipeline.New(pipeline.Options{
-		OnResponse:       onResponse,
+		OnResponse: onResponse,
+		// onResponse reads the status, the survey's name and the upload
+		// questions: a batch keeps only those until its write (issue 19).
+		Retain:           func(r *survey.Response) *survey.Response { return files.Retained(r, cfg.Files.TypeMatch) },
 		Erased:           erased, // tombstones (erase): acknowledged without a read or a write
 		FetchConcurrency: cfg.Sync.FetchConcurrency,
 		MaxRows:          cfg.Sync.Batch.MaxRows,

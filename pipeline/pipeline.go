@@ -85,6 +85,11 @@ type Options struct {
 	// durable (the file copier uses it); r is nil when the service answered
 	// 404 (the response was removed). It must not block for long.
 	OnResponse func(ctx context.Context, surveyID int64, responseID survey.GUID, r *survey.Response)
+	// Retain, when set, returns what of a response OnResponse needs: a
+	// batch keeps that, not the decoded response, until its write is
+	// durable (a response's decoded detail is several times its rows'
+	// size; issue 19). Nil keeps the whole response. It must not modify r.
+	Retain func(r *survey.Response) *survey.Response
 	// Erased, when set, is consulted before a response is fetched: a
 	// response it reports (its tombstone: sync.erase_deleted, surveysync
 	// erase) is acknowledged without being read or written. It must be
@@ -243,16 +248,17 @@ type fetched struct {
 // nothing is to retry.
 var ErrNotWritten = errors.New("response not found (404) and not written as a deletion")
 
-// batch is a flushed batch and, parallel to refs, what each response needs
-// after the write: its item (to write it again alone after a permanent
-// error), what OnResponse hears, its metrics.
+// batch is a flushed batch and, parallel to refs (and to the batch's
+// responses rows), what each response needs after the write: what
+// OnResponse hears, its metrics. A refused batch is written again in
+// slices of its records (flatten.Batch.Slice), so it keeps no decoded
+// response for that.
 type batch struct {
-	b     *flatten.Batch
-	refs  []Ref
-	items []flatten.Item
-	resp  []written
-	meta  []itemMeta
-	why   string
+	b    *flatten.Batch
+	refs []Ref
+	resp []written
+	meta []itemMeta
+	why  string
 }
 
 // rejection is a ref given up on at a stage, with the permanent error.
@@ -425,7 +431,6 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 		}
 	}()
 	var refs []Ref
-	var items []flatten.Item
 	var resps []written
 	var metas []itemMeta
 	timer := time.NewTimer(time.Hour)
@@ -437,8 +442,8 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 		if len(refs) == 0 {
 			return nil
 		}
-		bt := batch{b: b.Flush(), refs: refs, items: items, resp: resps, meta: metas, why: why}
-		refs, items, resps, metas = nil, nil, nil, nil
+		bt := batch{b: b.Flush(), refs: refs, resp: resps, meta: metas, why: why}
+		refs, resps, metas = nil, nil, nil
 		timer.Stop()
 		p.m.flushes.WithLabelValues(why).Inc()
 		select {
@@ -489,10 +494,13 @@ func (p *Pipeline) batchLoop(ctx context.Context, in <-chan fetched, out chan<- 
 				timer.Reset(p.o.UrgentDelay)
 			}
 			refs = append(refs, f.ref)
-			items = append(items, f.item)
 			_, answersAfter := b.Rows()
 			metas = append(metas, newItemMeta(f.ref.SurveyID, f.resp, f.item.Deleted, answersAfter-answersBefore))
-			resps = append(resps, written{f.ref.SurveyID, f.ref.ResponseID, f.resp})
+			kept := f.resp
+			if kept != nil && p.o.Retain != nil {
+				kept = p.o.Retain(kept)
+			}
+			resps = append(resps, written{f.ref.SurveyID, f.ref.ResponseID, kept})
 			_, answers := b.Rows()
 			switch {
 			case answers >= p.o.MaxRows:
@@ -587,15 +595,11 @@ func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err err
 			p.o.Logger.Warn("sink refused a batch permanently; writing its responses in parts to find the ones it refuses",
 				"responses", resp, "reason", permanent.Reason(err), "err", err)
 		}
-		idx := make([]int, len(bt.items))
-		for i := range idx {
-			idx[i] = i
-		}
 		rejects = rejects[:0]
-		if err := p.isolate(ctx, bt, idx, err, &rejects); err != nil {
+		if err := p.isolate(ctx, bt, 0, len(bt.refs), err, &rejects); err != nil {
 			return settled, err
 		}
-		if len(rejects) < len(bt.items) || (len(bt.items) < 2 && !refusing) {
+		if len(rejects) < len(bt.refs) || (len(bt.refs) < 2 && !refusing) {
 			break
 		}
 		// Every response refused on its own: that is the table (a column's
@@ -612,22 +616,21 @@ func (p *Pipeline) write(ctx context.Context, bt batch) (settled []bool, err err
 	return settled, nil
 }
 
-// isolate writes the items idx of bt, which failed together with the
+// isolate writes responses lo..hi-1 of bt, which failed together with the
 // permanent error perr, in two halves; a half that fails permanently is
 // split again. A single response that fails permanently is added to out.
-func (p *Pipeline) isolate(ctx context.Context, bt batch, idx []int, perr error, out *[]rejection) error {
-	if len(idx) == 1 {
-		i := idx[0]
-		*out = append(*out, rejection{ref: bt.refs[i], stage: StageWrite, err: perr, index: i})
+func (p *Pipeline) isolate(ctx context.Context, bt batch, lo, hi int, perr error, out *[]rejection) error {
+	if hi-lo == 1 {
+		*out = append(*out, rejection{ref: bt.refs[lo], stage: StageWrite, err: perr, index: lo})
 		return nil
 	}
-	mid := len(idx) / 2
-	for _, part := range [][]int{idx[:mid], idx[mid:]} {
-		err := p.writeItems(ctx, bt.items, part)
+	mid := lo + (hi-lo)/2
+	for _, part := range [][2]int{{lo, mid}, {mid, hi}} {
+		err := p.writeSlice(ctx, bt.b, part[0], part[1])
 		switch {
 		case err == nil:
 		case permanent.Is(err):
-			if err := p.isolate(ctx, bt, part, err, out); err != nil {
+			if err := p.isolate(ctx, bt, part[0], part[1], err, out); err != nil {
 				return err
 			}
 		default:
@@ -637,20 +640,13 @@ func (p *Pipeline) isolate(ctx context.Context, bt batch, idx []int, perr error,
 	return nil
 }
 
-// writeItems builds a batch of items[idx] alone and writes it. The items'
-// versions are unchanged, so rows already written by an earlier attempt
-// are written again identically (and collapse).
-func (p *Pipeline) writeItems(ctx context.Context, items []flatten.Item, idx []int) error {
-	b := flatten.NewBuilder(p.o.Allocator)
-	defer b.Release()
-	for _, i := range idx {
-		if err := b.Add(items[i]); err != nil {
-			return permanent.New("flatten", err)
-		}
-	}
-	fb := b.Flush()
-	defer fb.Release()
-	return p.writeRetry(ctx, fb)
+// writeSlice writes responses lo..hi-1 of b alone: a slice of its records,
+// at the versions they were built with, so rows already written by an
+// earlier attempt are written again identically (and collapse).
+func (p *Pipeline) writeSlice(ctx context.Context, b *flatten.Batch, lo, hi int) error {
+	part := b.Slice(lo, hi)
+	defer part.Release()
+	return p.writeRetry(ctx, part)
 }
 
 // writeRetry writes b, retrying transient errors and refusals with the

@@ -243,3 +243,49 @@ func TestUrgentRefFlushesEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOnResponseHearsWhatRetainKept: with Retain set, a batch keeps what it
+// returns, and OnResponse hears that (not the decoded detail) once the rows
+// are durable; a 404 still reaches OnResponse as nil without Retain.
+func TestOnResponseHearsWhatRetainKept(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	var mu sync.Mutex
+	heard := map[survey.GUID]*survey.Response{}
+	var retained atomic.Int64
+	p := New(Options{
+		Allocator: mem, MaxRows: 10, MaxDelay: 10 * time.Millisecond,
+		Retain: func(r *survey.Response) *survey.Response {
+			retained.Add(1)
+			return &survey.Response{ResponseID: r.ResponseID, SurveyID: r.SurveyID, ResponseStatus: r.ResponseStatus, SurveyName: "kept"}
+		},
+		OnResponse: func(_ context.Context, _ int64, rid survey.GUID, r *survey.Response) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard[rid] = r
+		},
+	}, &fakeFetcher{missing: map[survey.GUID]bool{id(3): true}}, &memSink{})
+	done := run(t, p, context.Background())
+	for i := range 20 {
+		if err := p.Submit(context.Background(), Ref{SurveyID: 1, ResponseID: id(i), Done: func(error) {}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.CloseInput()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(heard) != 20 || retained.Load() != 19 {
+		t.Fatalf("OnResponse heard %d responses, Retain ran %d times; want 20 and 19", len(heard), retained.Load())
+	}
+	for rid, r := range heard {
+		switch {
+		case rid == id(3):
+			if r != nil {
+				t.Errorf("404 response heard as %+v, want nil", r)
+			}
+		case r == nil || r.SurveyName != "kept" || r.Pages != nil || r.ResponseStatus != survey.StatusCompleted:
+			t.Errorf("response %s heard as %+v, want what Retain kept", rid, r)
+		}
+	}
+}

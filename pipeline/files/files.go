@@ -60,6 +60,48 @@ func IsUploadType(questionType string, typeMatch []string) bool {
 	return false
 }
 
+// Retained returns what the daemon reads of a written response after its
+// rows are durable (pipeline.Options.Retain): its ids, survey name and
+// status, and the upload questions under typeMatch, whose answers FindFiles
+// reads. The rest of the detail, most of it, is left to the collector while
+// the response's batch waits for its write. Nothing of r is shared: the
+// strings kept are copies (a decoder may cut them from a buffer as large as
+// the whole detail).
+func Retained(r *survey.Response, typeMatch []string) *survey.Response {
+	out := &survey.Response{
+		ResponseID:     survey.GUID(strings.Clone(string(r.ResponseID))),
+		SurveyID:       r.SurveyID,
+		SurveyName:     strings.Clone(r.SurveyName),
+		ResponseStatus: strings.Clone(r.ResponseStatus),
+	}
+	for _, p := range r.Pages {
+		var qs []survey.Question
+		for _, q := range p.Questions {
+			if !IsUploadType(q.Type, typeMatch) {
+				continue
+			}
+			kept := survey.Question{ID: q.ID, Type: strings.Clone(q.Type), Answers: make([]survey.Answer, 0, len(q.Answers))}
+			for _, a := range q.Answers {
+				var k survey.Answer
+				if a.FileID != nil {
+					id := survey.GUID(strings.Clone(string(*a.FileID)))
+					k.FileID = &id
+				}
+				if a.Text != nil {
+					t := strings.Clone(*a.Text)
+					k.Text = &t
+				}
+				kept.Answers = append(kept.Answers, k)
+			}
+			qs = append(qs, kept)
+		}
+		if qs != nil {
+			out.Pages = append(out.Pages, survey.Page{ID: p.ID, Questions: qs})
+		}
+	}
+	return out
+}
+
 // FindFiles returns the files uploaded in r, in page, question and answer
 // order, each once (by file id). typeMatch nil or empty means
 // DefaultTypeMatch. A deleted response or one without pages yields none.

@@ -63,6 +63,36 @@ func TestFindFiles(t *testing.T) {
 	}
 }
 
+// TestRetainedFindsTheSameFiles: what a batch keeps of a response for the
+// copier (Retained) yields the files of the whole response, under the
+// default and a custom match list, and keeps no other question.
+func TestRetainedFindsTheSameFiles(t *testing.T) {
+	var r survey.Response
+	if err := json.Unmarshal([]byte(respJSON), &r); err != nil {
+		t.Fatal(err)
+	}
+	r.SurveyName = "Spokojenost"
+	for _, match := range [][]string{nil, {"essay"}, {"nothing"}} {
+		k := Retained(&r, match)
+		if diff := cmp.Diff(FindFiles(&r, match), FindFiles(k, match)); diff != "" {
+			t.Errorf("match %v: files of the retained response differ (-whole +retained):\n%s", match, diff)
+		}
+		if k.ResponseID != r.ResponseID || k.SurveyID != r.SurveyID || k.SurveyName != r.SurveyName || k.ResponseStatus != r.ResponseStatus {
+			t.Errorf("match %v: retained %+v lost the ids, name or status", match, k)
+		}
+		for _, p := range k.Pages {
+			for _, q := range p.Questions {
+				if !IsUploadType(q.Type, match) {
+					t.Errorf("match %v: retained question %d of type %s", match, q.ID, q.Type)
+				}
+			}
+		}
+	}
+	if k := Retained(&r, []string{"nothing"}); k.Pages != nil {
+		t.Errorf("no upload question, yet pages kept: %+v", k.Pages)
+	}
+}
+
 func TestIsUploadType(t *testing.T) {
 	for typ, want := range map[string]bool{"file": true, "File_Upload": true, "upload": true, "single": false, "essay": false, "": false} {
 		if got := IsUploadType(typ, nil); got != want {

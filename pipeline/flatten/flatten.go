@@ -120,6 +120,9 @@ type Builder struct {
 	token hash.Hash
 	buf   [8]byte
 	idbuf [36]byte
+	// ansEnds[i] is the number of answers rows up to and including the
+	// i-th response of the batch being built (Batch.Slice).
+	ansEnds []int
 }
 
 type respCols struct {
@@ -274,6 +277,7 @@ func (b *Builder) Add(it Item) error {
 	}
 	b.nResp++
 	b.nAns += nAns
+	b.ansEnds = append(b.ansEnds, b.nAns)
 
 	b.token.Write(b.idbuf[:])
 	binary.BigEndian.PutUint64(b.buf[:], it.Version)
@@ -537,7 +541,9 @@ func (b *Builder) Flush() *Batch {
 	batch := &Batch{
 		Responses: b.resp.NewRecordBatch(),
 		Answers:   b.ans.NewRecordBatch(),
+		ansEnds:   b.ansEnds,
 	}
+	b.ansEnds = make([]int, 0, max(b.nResp, b.estResp/2))
 	var sum [sha256.Size]byte
 	batch.Token = hex.EncodeToString(b.token.Sum(sum[:0])[:16])
 	b.token.Reset()

@@ -522,3 +522,62 @@ func TestReservationDecays(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSliceIsTheBatchOfItsResponses: a slice of a batch has exactly the
+// rows, and the token, of a batch built from its responses alone, for every
+// range (empty, one response, deleted and partial ones, the whole batch),
+// and releasing slices and batch leaves no buffer behind.
+func TestSliceIsTheBatchOfItsResponses(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	b := NewBuilder(mem)
+	defer b.Release()
+	var items []Item
+	for i, n := range []string{"single", "deleted", "multiple", "matrix", "partial"} {
+		it := mustCase(t, n)
+		it.Version = uint64(10 + i)
+		items = append(items, it)
+	}
+	build := func(its []Item) *Batch {
+		t.Helper()
+		for _, it := range its {
+			if err := b.Add(it); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.Flush()
+	}
+	whole := build(items)
+	defer whole.Release()
+	render := func(x *Batch) string {
+		var w bytes.Buffer
+		renderRecord(&w, "responses", x.Responses)
+		renderRecord(&w, "answers", x.Answers)
+		return w.String()
+	}
+	for lo := 0; lo <= len(items); lo++ {
+		for hi := lo; hi <= len(items); hi++ {
+			want := build(items[lo:hi])
+			got := whole.Slice(lo, hi)
+			checkBatch(t, got)
+			if got.Token != want.Token {
+				t.Errorf("Slice(%d, %d): token %s, want %s", lo, hi, got.Token, want.Token)
+			}
+			if g, w := render(got), render(want); g != w {
+				t.Errorf("Slice(%d, %d) rows:\n%s\nwant\n%s", lo, hi, g, w)
+			}
+			// A slice of a slice is the same responses again.
+			if hi-lo >= 2 {
+				inner := got.Slice(1, hi-lo)
+				sub := build(items[lo+1 : hi])
+				if inner.Token != sub.Token || render(inner) != render(sub) {
+					t.Errorf("Slice(%d, %d).Slice(1, %d) differs from its responses built alone", lo, hi, hi-lo)
+				}
+				inner.Release()
+				sub.Release()
+			}
+			got.Release()
+			want.Release()
+		}
+	}
+}

@@ -4,7 +4,13 @@
 package flatten
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
 // Table names, shared by every sink.
@@ -75,7 +81,58 @@ type Batch struct {
 	// Token identifies the batch's content (a hash of its response ids and
 	// versions): a sink that retries a write can use it to deduplicate.
 	Token string
+
+	// ansEnds[i] is the number of answers rows of responses 0..i (a
+	// Builder's batch: each response's answers rows follow those of the
+	// response before it); nil in a batch made otherwise.
+	ansEnds []int
 }
+
+// Slice returns responses lo..hi-1 of a batch made by a Builder (their
+// responses rows and their answers rows) as a batch of their own, sharing
+// b's buffers: nothing is copied, and b stays valid. The caller releases
+// the slice. Its Token is the one a Builder gives the same responses at the
+// same versions, so a sink deduplicates a write of the slice as it would a
+// write of those responses built again. The pipeline writes a refused batch
+// again in slices to find the responses the sink refuses, without keeping
+// the decoded responses until the write.
+func (b *Batch) Slice(lo, hi int) *Batch {
+	n := int(b.Responses.NumRows())
+	if lo < 0 || hi > n || lo > hi {
+		panic(fmt.Sprintf("flatten: Slice(%d, %d) of a batch of %d responses", lo, hi, n))
+	}
+	if len(b.ansEnds) != n {
+		panic("flatten: Slice of a batch not made by a Builder")
+	}
+	aLo, aHi := 0, 0
+	if lo > 0 {
+		aLo = b.ansEnds[lo-1]
+	}
+	if hi > 0 {
+		aHi = b.ansEnds[hi-1]
+	}
+	out := &Batch{
+		Responses: b.Responses.NewSlice(int64(lo), int64(hi)),
+		Answers:   b.Answers.NewSlice(int64(aLo), int64(aHi)),
+		ansEnds:   make([]int, hi-lo),
+	}
+	for i := range out.ansEnds {
+		out.ansEnds[i] = b.ansEnds[lo+i] - aLo
+	}
+	ids := out.Responses.Column(ResponsesSchema.FieldIndices("response_id")[0]).(*array.String)
+	versions := out.Responses.Column(ResponsesSchema.FieldIndices("_version")[0]).(*array.Uint64)
+	h := sha256.New()
+	var buf [8]byte
+	for i := range hi - lo {
+		h.Write([]byte(ids.Value(i)))
+		binary.BigEndian.PutUint64(buf[:], versions.Value(i))
+		h.Write(buf[:])
+	}
+	var sum [sha256.Size]byte
+	out.Token = hex.EncodeToString(h.Sum(sum[:0])[:16])
+	return out
+}
+
 
 // Rows returns the number of response rows and answer rows.
 func (b *Batch) Rows() (responses, answers int64) {
