@@ -133,7 +133,6 @@ func (b *Batch) Slice(lo, hi int) *Batch {
 	return out
 }
 
-
 // Rows returns the number of response rows and answer rows.
 func (b *Batch) Rows() (responses, answers int64) {
 	if b.Responses != nil {
