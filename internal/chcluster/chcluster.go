@@ -11,7 +11,9 @@
 // cluster runs under that script's guard against ClickHouse 18.16's
 // DDLWorker race (docs/operations.md, "Replicated ClickHouse 18.x"), none in
 // the first pass of make test. Such a test is named TestCluster… (FromEnv
-// fails any other), which is how the script finds them. Stop, Kill and Start run scripts/cluster-node.sh on one node, for
+// fails any other), which is how the script finds them.
+//
+// Stop, Kill and Start run scripts/cluster-node.sh on one node, for
 // chaos tests; they need SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER_DIR (the
 // cluster's directory). A test that stops or kills a node holds an exclusive
 // lock on the directory until it ends (so two such tests, in different

@@ -2,8 +2,6 @@ package flatten
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"hash"
 	"math"
@@ -279,9 +277,7 @@ func (b *Builder) Add(it Item) error {
 	b.nAns += nAns
 	b.ansEnds = append(b.ansEnds, b.nAns)
 
-	b.token.Write(b.idbuf[:])
-	binary.BigEndian.PutUint64(b.buf[:], it.Version)
-	b.token.Write(b.buf[:])
+	addToken(b.token, &b.buf, b.idbuf[:], it.Version)
 	return nil
 }
 
@@ -544,8 +540,7 @@ func (b *Builder) Flush() *Batch {
 		ansEnds:   b.ansEnds,
 	}
 	b.ansEnds = make([]int, 0, max(b.nResp, b.estResp/2))
-	var sum [sha256.Size]byte
-	batch.Token = hex.EncodeToString(b.token.Sum(sum[:0])[:16])
+	batch.Token = tokenOf(b.token)
 	b.token.Reset()
 	b.estResp, b.estAns = max(b.nResp, b.estResp/2), max(b.nAns, b.estAns/2)
 	b.nResp, b.nAns, b.bytes = 0, 0, 0

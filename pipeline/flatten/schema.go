@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -124,13 +125,24 @@ func (b *Batch) Slice(lo, hi int) *Batch {
 	h := sha256.New()
 	var buf [8]byte
 	for i := range hi - lo {
-		h.Write([]byte(ids.Value(i)))
-		binary.BigEndian.PutUint64(buf[:], versions.Value(i))
-		h.Write(buf[:])
+		addToken(h, &buf, []byte(ids.Value(i)), versions.Value(i))
 	}
-	var sum [sha256.Size]byte
-	out.Token = hex.EncodeToString(h.Sum(sum[:0])[:16])
+	out.Token = tokenOf(h)
 	return out
+}
+
+// addToken adds a response (its lower-case id and its version) to the hash
+// a batch's Token is made of; buf is scratch space.
+func addToken(h hash.Hash, buf *[8]byte, id []byte, version uint64) {
+	h.Write(id)
+	binary.BigEndian.PutUint64(buf[:], version)
+	h.Write(buf[:])
+}
+
+// tokenOf is the Token of the responses added to h.
+func tokenOf(h hash.Hash) string {
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // Rows returns the number of response rows and answer rows.
