@@ -327,6 +327,12 @@ wait:
 		cpuTime(simCmd.Process.Pid).Round(100*time.Millisecond), elapsed.Round(100*time.Millisecond), (2 * elapsed).Round(100*time.Millisecond))
 	if line := shares.String(); line != "" {
 		fmt.Printf("CPU time beside the daemon's, over the same span: %s\n", line)
+		var partPath string
+		if conn.QueryRow(ctx, "SELECT path FROM system.parts WHERE database = '"+db+"' AND table = 'answers' LIMIT 1").Scan(&partPath) == nil {
+			if fsys := dataFilesystem(partPath); fsys != "" {
+				fmt.Printf("ClickHouse's parts are on %s\n", fsys)
+			}
+		}
 	}
 	if up, ok := startedAt(logf.Name()); ok && up.After(start) {
 		startup := up.Sub(start)
