@@ -12,6 +12,8 @@
 # Environment: PAIRS (3), CLICKHOUSE (127.0.0.1:9000; start one with
 # scripts/clickhouse-up.sh). Prints, per run, the ratio of the ceiling, the
 # daemon's CPU-seconds per 1,000 responses and its peak RSS, then the means.
+# Put ClickHouse's data on a journaled filesystem (docs/benchmarks.md,
+# "ClickHouse's filesystem"): the first run prints where its parts are.
 set -euo pipefail
 
 before="${1:?usage: scripts/bench-ab.sh BEFORE [AFTER] [-- flags]}"
@@ -57,6 +59,13 @@ for _ in $(seq 1 "$pairs"); do
 		ratio="$(echo "$out" | sed -n 's/^ratio: .* = \([0-9.]*\) %$/\1/p')"
 		cpu="$(echo "$out" | sed -n 's/^CPU-seconds per 1,000 responses: daemon \([0-9.]*\)$/\1/p')"
 		rss="$(echo "$out" | grep -o 'peak RSS [0-9]* MB' | head -1)"
+		if [[ -z "${fs_said:-}" ]]; then
+			# Once: where ClickHouse's parts are (on ext4 without a
+			# journal its kernel time, and the ratio, depend on what the
+			# runs before deleted: docs/benchmarks.md).
+			echo "$out" | grep "^ClickHouse's parts are on" || true
+			fs_said=1
+		fi
 		echo "$t: ${ratio} % of the ceiling, ${cpu} CPU-s per 1,000 responses, ${rss}"
 		sum_ratio[$t]="$(awk -v a="${sum_ratio[$t]:-0}" -v b="$ratio" 'BEGIN { print a + b }')"
 		sum_cpu[$t]="$(awk -v a="${sum_cpu[$t]:-0}" -v b="$cpu" 'BEGIN { print a + b }')"
