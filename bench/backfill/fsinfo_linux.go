@@ -55,6 +55,7 @@ func dataFilesystem(path string) string {
 			task, err := os.ReadFile(filepath.Join("/sys/fs/ext4", filepath.Base(source), "journal_task"))
 			switch {
 			case err != nil:
+				desc += ", journal unknown"
 			case strings.TrimSpace(string(task)) == "<none>":
 				desc += " without a journal: every file of a part costs kernel time after recent deletions"
 			default:
