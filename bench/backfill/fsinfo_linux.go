@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -39,13 +40,7 @@ func dataFilesystem(path string) string {
 		if len(fs) < 5 || fs[2] != want {
 			continue
 		}
-		sep := -1
-		for i, v := range fs {
-			if v == "-" {
-				sep = i
-				break
-			}
-		}
+		sep := slices.Index(fs, "-")
 		if sep < 0 || sep+2 >= len(fs) {
 			continue
 		}
