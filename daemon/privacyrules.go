@@ -49,14 +49,33 @@ func (e *PrivacyStricterError) Error() string {
 		e.Where, e.Changes.String(), e.Command)
 }
 
-func readRules(ctx context.Context, st warehouse.PrivacyStore) (*privacy.Rules, error) {
+// PrivacyRecordDamagedError is the refusal to start when the record of
+// the privacy rules cannot be read: whether the configured rules are
+// stricter than those the data was written under is unknown.
+type PrivacyRecordDamagedError struct {
+	Damaged *warehouse.DamagedRecordError
+	Command string // the command that applies the rules (privacy apply)
+}
+
+func (e *PrivacyRecordDamagedError) Error() string {
+	return fmt.Sprintf("privacy: %v: which rules the data was written under is unknown, so the daemon cannot tell whether "+
+		"the configured ones are stricter. Stop here and run %s --all: it applies every configured rule to every row "+
+		"(a value already hashed is not hashed again) and records the rules again; the daemon then starts "+
+		"(docs/operations.md, \"Damaged local state\")", e.Damaged, e.Command)
+}
+
+func (e *PrivacyRecordDamagedError) Unwrap() error { return e.Damaged }
+
+// readRules reads the recorded rules (nil: none); a record that exists but
+// cannot be read is a *warehouse.DamagedRecordError.
+func readRules(ctx context.Context, st warehouse.PrivacyStore, where string) (*privacy.Rules, error) {
 	raw, err := st.PrivacyRules(ctx)
 	if err != nil || raw == nil {
 		return nil, err
 	}
 	var r privacy.Rules
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("privacy: the recorded rules cannot be read: %w", err)
+		return nil, &warehouse.DamagedRecordError{Where: where, Err: err}
 	}
 	return &r, nil
 }
@@ -84,7 +103,10 @@ func checkPrivacyRules(ctx context.Context, cfg *config.Config, wh warehouse.War
 	if err != nil {
 		return err
 	}
-	old, err := readRules(ctx, st)
+	old, err := readRules(ctx, st, wh.String())
+	if d := (*warehouse.DamagedRecordError)(nil); errors.As(err, &d) {
+		return &PrivacyRecordDamagedError{Damaged: d, Command: applyCommand}
+	}
 	if err != nil {
 		return err
 	}
@@ -179,8 +201,18 @@ func ApplyPrivacy(ctx context.Context, cfg *config.Config, o PrivacyApplyOptions
 	if err != nil {
 		return rep, err
 	}
-	old, err := readRules(ctx, st)
+	old, err := readRules(ctx, st, wh.String())
+	if d := (*warehouse.DamagedRecordError)(nil); errors.As(err, &d) && o.All {
+		// --all assumes no rule was applied: the record is not needed, and
+		// is replaced at the end.
+		log.Warn("privacy apply: the record of the rules is damaged; --all applies every rule and records them again", "err", d)
+		err = nil
+	}
 	if err != nil {
+		var d *warehouse.DamagedRecordError
+		if errors.As(err, &d) {
+			return rep, &PrivacyRecordDamagedError{Damaged: d, Command: "surveysync privacy apply"}
+		}
 		return rep, err
 	}
 	switch {

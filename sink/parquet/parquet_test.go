@@ -526,13 +526,13 @@ func TestStateFiles(t *testing.T) {
 	if tmp := tempFiles(t, dir); len(tmp) > 0 {
 		t.Fatalf("Open left temporary files: %v", tmp)
 	}
-	// A corrupt state file is set aside and the state rebuilt (issue 22:
-	// an error here made every start fail); TestCorruptStateFileIsSetAside.
+	// A damaged state file is moved aside and the state rebuilt (issue 22:
+	// an error here made every start fail); TestDamagedStateFileIsMovedAside.
 	if err := os.WriteFile(filepath.Join(dir, "_state", statesFile), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := s2.LoadStates(ctx); err != nil || len(st) != 0 {
-		t.Errorf("LoadStates of a corrupt file: %v, %v; want it set aside and no states", st, err)
+		t.Errorf("LoadStates of a damaged file: %v, %v; want it moved aside and no states", st, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package parquet
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,14 +40,22 @@ const privacyFile = "privacy.json"
 // Privacy returns w.
 func (w *dirWarehouse) Privacy() warehouse.PrivacyStore { return w }
 
-// PrivacyRules reads _state/privacy.json; nil when absent.
+// PrivacyRules reads _state/privacy.json; nil when absent, a
+// *warehouse.DamagedRecordError when it is not JSON (cut short,
+// zero-filled, overwritten: RecordPrivacyRules replaces it whole, so
+// nothing else leaves it so).
 func (w *dirWarehouse) PrivacyRules(context.Context) ([]byte, error) {
-	raw, err := os.ReadFile(filepath.Join(w.dir, stateDirName, privacyFile))
+	path := filepath.Join(w.dir, stateDirName, privacyFile)
+	raw, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, &warehouse.DamagedRecordError{Where: path, Err: fmt.Errorf("%d bytes, not the JSON surveysync wrote: %w", len(raw), err)}
 	}
 	return raw, nil
 }

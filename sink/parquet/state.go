@@ -183,9 +183,10 @@ func (s *Sink) loadSurveys() (surveysDoc, error) {
 }
 
 // readJSON decodes <dir>/_state/name into v; a missing file leaves v as is.
-// A file that does not decode (truncated, torn, overwritten) is set aside
-// (setAside) and v left as is: the state is rebuilt by reading the service
-// again, whose writes are idempotent, rather than failing every start.
+// A file that does not decode (cut short, zero-filled, overwritten) is
+// moved aside (setAside) and v left as is: the state is rebuilt by reading
+// the service again, whose writes are idempotent, rather than failing
+// every start.
 func (s *Sink) readJSON(name string, v any) error {
 	path := filepath.Join(s.dir, stateDirName, name)
 	raw, err := os.ReadFile(path)
@@ -209,18 +210,19 @@ var stateRebuilt = map[string]string{
 }
 
 // setAside renames a state file that does not decode to
-// <name>.corrupt-<UTC time> beside it (kept for a post-mortem, never read
-// again) and logs what happens next.
+// <name>.damaged-<UTC time> beside it (kept for a look, never read again)
+// and logs what is lost and how it comes back (docs/operations.md,
+// "Damaged local state").
 func (s *Sink) setAside(path string, size int, derr error) error {
-	aside := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+	aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := os.Rename(path, aside); err != nil {
-		return fmt.Errorf("parquet sink: %s does not decode (%w) and cannot be set aside: %w", path, derr, err)
+		return fmt.Errorf("parquet sink: %s is damaged (%w) and cannot be moved aside: %w; move it away by hand (mv %s %s.damaged), then start again", path, derr, err, path, path)
 	}
 	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("parquet sink: set aside %s: %w", path, err)
+		return fmt.Errorf("parquet sink: move aside %s: %w", path, err)
 	}
-	s.log.Error("parquet sink: a local state file is corrupt (truncated or torn): set aside and rebuilt",
-		"file", path, "set_aside_as", aside, "bytes", size, "err", derr, "rebuilt", stateRebuilt[filepath.Base(path)])
+	s.log.Warn("parquet sink: a local state file is damaged (cut short, zero-filled or overwritten): moved aside and started empty",
+		"file", path, "moved_to", aside, "bytes", size, "err", derr, "lost", stateRebuilt[filepath.Base(path)])
 	return nil
 }
 

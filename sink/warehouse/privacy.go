@@ -2,6 +2,7 @@ package warehouse
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/privacy"
@@ -14,7 +15,8 @@ import (
 type PrivacyStore interface {
 	// PrivacyRules returns the recorded rules (privacy.Rules as JSON); nil
 	// when none were recorded (a new warehouse, or one written before the
-	// record existed).
+	// record existed); a *DamagedRecordError when a record exists and is
+	// not what was written (a file cut short or overwritten).
 	PrivacyRules(ctx context.Context) ([]byte, error)
 	// RecordPrivacyRules records rules durably, replacing the former ones.
 	RecordPrivacyRules(ctx context.Context, rules []byte) error
@@ -28,3 +30,16 @@ type PrivacyStore interface {
 	// after a crash, it finishes what is left.
 	ApplyPrivacy(ctx context.Context, d *privacy.Delta, deleteObjects func(context.Context, []files.FileRef) error) (map[string]int64, error)
 }
+
+// DamagedRecordError is PrivacyRules' error for a record that exists but
+// cannot be read: which rules the data was written under is unknown.
+type DamagedRecordError struct {
+	Where string // the file or table
+	Err   error
+}
+
+func (e *DamagedRecordError) Error() string {
+	return fmt.Sprintf("the record of the privacy rules, %s, is damaged (%v)", e.Where, e.Err)
+}
+
+func (e *DamagedRecordError) Unwrap() error { return e.Err }
