@@ -11,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -110,22 +112,52 @@ func (w *dirWarehouse) RecordErasures(_ context.Context, es []warehouse.Erasure)
 	path := filepath.Join(w.dir, stateDirName, erasuresFile)
 	w.eraseMu.Lock()
 	defer w.eraseMu.Unlock()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("parquet sink: %w", err)
+	}
+	// After an append cut short by a crash, the next line starts on a line
+	// of its own: the torn one stays unreadable alone (Erasures skips it).
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
+			raw = append([]byte("\n"), raw...)
+		}
 	}
 	if _, err := f.Write(raw); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("parquet sink: append to %s: %w", path, err)
 	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
 		return fmt.Errorf("parquet sink: sync %s: %w", path, err)
 	}
-	return atomicfile.SyncDir(filepath.Dir(path))
+	fi, err := f.Stat()
+	if err := errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("parquet sink: sync %s: %w", path, err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	// The length the log has now, so that a log cut short later (at a
+	// line's end, where nothing else shows it) is noticed.
+	if err := atomicfile.WriteFile(path+sizeSuffix, []byte(strconv.FormatInt(fi.Size(), 10)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("parquet sink: record the length of %s: %w", path, err)
+	}
+	return nil
 }
 
-// Erasures reads _state/erasures.jsonl: the latest row of each response. A
-// torn last line (a crash while appending) is skipped.
+// sizeSuffix names the file beside the erasures log that holds the length
+// it had after the latest append.
+const sizeSuffix = ".size"
+
+// Erasures reads _state/erasures.jsonl: the latest row of each response.
+// A line cut short by a crash while it was appended (the start of a JSON
+// line: that append never returned) is skipped. Any other line that does
+// not decode is damage (a disk fault, zeros, a hand edit), and so is a log
+// shorter than its recorded length (cut short): an error naming the file,
+// the line and the fix, since a tombstone lost there would let an erased
+// response be written again.
 func (w *dirWarehouse) Erasures(context.Context) ([]warehouse.Erasure, error) {
 	path := filepath.Join(w.dir, stateDirName, erasuresFile)
 	raw, err := os.ReadFile(path)
@@ -135,16 +167,33 @@ func (w *dirWarehouse) Erasures(context.Context) ([]warehouse.Erasure, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parquet sink: %w", err)
 	}
+	if rec, err := os.ReadFile(path + sizeSuffix); err == nil {
+		n, perr := strconv.ParseInt(string(bytes.TrimSpace(rec)), 10, 64)
+		switch {
+		case perr != nil:
+			w.log.Warn("parquet sink: the recorded length of the erasures log cannot be read; the log is read without it", "path", path+sizeSuffix, "err", perr)
+		case int64(len(raw)) < n:
+			return nil, &ErasuresDamagedError{Path: path, Line: bytes.Count(raw, []byte("\n")) + 1, Offset: len(raw),
+				Err: fmt.Errorf("cut short: %d bytes, %d were written", len(raw), n)}
+		}
+	}
 	latest := map[warehouse.ResponseKey]warehouse.Erasure{}
 	var order []warehouse.ResponseKey
-	for n, line := range bytes.Split(raw, []byte("\n")) {
+	offset := 0
+	for n := 1; offset < len(raw); n++ {
+		line, rest, _ := bytes.Cut(raw[offset:], []byte("\n"))
+		at := offset
+		offset = len(raw) - len(rest)
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		var e erasureEntry
 		if err := json.Unmarshal(line, &e); err != nil {
-			w.log.Warn("parquet sink: skipped an unreadable line of the erasures log (a write cut short)", "path", path, "line", n+1)
-			continue
+			if tornJSON(line) {
+				w.log.Warn("parquet sink: skipped a line of the erasures log cut short by a crash while it was appended (that erasure had not returned)", "path", path, "line", n)
+				continue
+			}
+			return nil, &ErasuresDamagedError{Path: path, Line: n, Offset: at, Err: err}
 		}
 		k := warehouse.ResponseKey{SurveyID: e.SurveyID, ResponseID: survey.GUID(e.ResponseID)}
 		if _, ok := latest[k]; !ok {
@@ -158,6 +207,30 @@ func (w *dirWarehouse) Erasures(context.Context) ([]warehouse.Erasure, error) {
 	}
 	return out, nil
 }
+
+// tornJSON reports whether line looks like the start of a line
+// RecordErasures wrote: an object, printable UTF-8 without a NUL (zeros and
+// noise are damage, not an append cut short).
+func tornJSON(line []byte) bool {
+	return bytes.HasPrefix(line, []byte("{")) && utf8.Valid(line) && !bytes.ContainsRune(line, 0)
+}
+
+// ErasuresDamagedError is Erasures' error for a damaged log.
+type ErasuresDamagedError struct {
+	Path   string
+	Line   int
+	Offset int // the damaged line's first byte
+	Err    error
+}
+
+func (e *ErasuresDamagedError) Error() string {
+	return fmt.Sprintf("parquet sink: the erasures log %s is damaged at line %d (byte %d: %v). Its lines are the tombstones that keep "+
+		"erased responses out, and one lost there would let an erased response be written again, so nothing is synced until it is fixed. "+
+		"Restore the file from a backup; or keep the lines before the damage (truncate -s %d %s) and run surveysync erase again "+
+		"for every response erased since (docs/operations.md, \"Damaged local state\")", e.Path, e.Line, e.Offset, e.Err, e.Offset, e.Path)
+}
+
+func (e *ErasuresDamagedError) Unwrap() error { return e.Err }
 
 // EraseRows rewrites the responses and answers files and the rejects
 // files that hold rows of keys without them, removes their rows from the
