@@ -153,10 +153,10 @@ func TestTruncatedStateFileIsSetAsideAndRebuilt(t *testing.T) {
 	d := startDaemon(t, cfg, "--exit-when-synced")
 	d.wait(t, 2*time.Minute)
 	out := d.output()
-	if !strings.Contains(out, "local state file is corrupt") || !strings.Contains(out, "set_aside_as=") {
-		t.Errorf("no log line about the corrupt state file:\n%s", tail(out, 30))
+	if !strings.Contains(out, "local state file is damaged") || !strings.Contains(out, "moved_to=") {
+		t.Errorf("no log line about the damaged state file:\n%s", tail(out, 30))
 	}
-	if aside, _ := filepath.Glob(state + ".corrupt-*"); len(aside) != 1 {
+	if aside, _ := filepath.Glob(state + ".damaged-*"); len(aside) != 1 {
 		t.Errorf("set-aside files: %v", aside)
 	}
 	if _, err := os.ReadFile(state); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -96,5 +98,84 @@ func TestTornErasureAppendIsSkipped(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "cut short by a crash") {
 		t.Errorf("no warning about the torn line:\n%s", logs.String())
+	}
+}
+
+// A damaged feed ledger or uploaded-files index is refused (at open, or
+// when an entry is read: bbolt does not checksum values) with an error
+// naming the file and how to move it aside.
+func TestDamagedLedgerAndIndexAreRefused(t *testing.T) {
+	ctx := context.Background()
+	stores := []struct {
+		name string
+		fill func(t *testing.T, dir string) string // returns the file's path
+		read func(dir string) error                // opens and reads everything
+	}{
+		{"feed ledger", func(t *testing.T, dir string) string {
+			l, err := NewFileLedger(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var es []record.ContactEntry
+			for i := range 2000 {
+				es = append(es, record.ContactEntry{Feed: "f", Key: fmt.Sprintf("key-%05d", i), DistributionID: 7, State: "pushed", ContactID: int64(i), BatchID: "b", UpdatedAt: time.Now()})
+			}
+			if err := l.RecordContacts(ctx, es); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			return filepath.Join(dir, ledgerDBName)
+		}, func(dir string) error {
+			l, err := NewFileLedger(dir)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			return l.LoadContacts(ctx, "f", func(record.ContactEntry) error { return nil })
+		}},
+		{"file index", func(t *testing.T, dir string) string {
+			path := filepath.Join(dir, "uploaded_files.db")
+			ix, err := OpenFileIndex(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rs []files.Record
+			for i := range 2000 {
+				rs = append(rs, files.Record{FileRef: files.FileRef{SurveyID: 1, ResponseID: survey.GUID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i)), QuestionID: 3, FileID: survey.GUID(fmt.Sprintf("10000000-0000-0000-0000-%012d", i))},
+					ObjectURL: "file:///x", FileName: "cv.pdf", Size: 3, SHA256: "abc", StoredAt: time.Now(), Version: 1})
+			}
+			if err := ix.Record(ctx, rs); err != nil {
+				t.Fatal(err)
+			}
+			ix.Close()
+			return path
+		}, func(dir string) error {
+			ix, err := OpenFileIndex(filepath.Join(dir, "uploaded_files.db"))
+			if err == nil {
+				ix.Close()
+			}
+			return err
+		}},
+	}
+	for _, st := range stores {
+		for _, g := range garblings {
+			t.Run(st.name+"/"+g.name, func(t *testing.T) {
+				dir := t.TempDir()
+				path := st.fill(t, dir)
+				if err := st.read(dir); err != nil {
+					t.Fatal(err)
+				}
+				garble(t, path, g.fn)
+				err := st.read(dir)
+				if err == nil {
+					t.Fatal("a damaged file was read without an error")
+				}
+				for _, want := range []string{path + " is damaged", fmt.Sprintf("mv %s %s.damaged", path, path), "Restore it from a backup"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("the error lacks %q: %v", want, err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -3,6 +3,7 @@ package parquet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -63,19 +64,40 @@ func fromJSON(j jsonRecord) files.Record {
 	}
 }
 
+// errEntryDamaged marks an index entry that does not decode.
+var errEntryDamaged = errors.New("not the JSON surveysync wrote")
+
+// indexDamaged is the refusal to use a damaged index: erasure and privacy
+// apply find the objects to delete through it, so it is not replaced on
+// its own.
+func indexDamaged(path string, err error) error {
+	return fmt.Errorf("%w. The uploaded-files index is how an erasure or a dropped question finds the objects to delete in files.url: "+
+		"an empty one would leave the objects of files copied before, so surveysync does not start. Restore it from a backup; or stop "+
+		"surveysync, move it aside (mv %s %s.damaged) and start again: files are recorded again as their responses are read again "+
+		"(surveysync resync --survey ID reads a survey again), and until then delete the objects of an erased response by hand "+
+		"(docs/operations.md, \"Damaged local state\")", err, path, path)
+}
+
 // OpenFileIndex opens (creating) the index database at path, e.g.
 // <data>/uploaded_files.db. An index of the former format beside it (the
 // same name ending in .jsonl: one JSON row per line, appended) is imported
 // first, keeping the newest version of each file, and removed.
 func OpenFileIndex(path string) (*FileIndex, error) {
 	db, err := kvstore.Open(path, "file index")
+	if errors.Is(err, kvstore.ErrDamaged) {
+		return nil, indexDamaged(path, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	ix := &FileIndex{path: path, db: db, latest: map[string]files.Record{}}
 	if err := ix.open(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("file index %s: %w", path, err)
+		err = fmt.Errorf("file index %s: %w", path, err)
+		if errors.Is(err, errEntryDamaged) {
+			err = indexDamaged(path, err)
+		}
+		return nil, err
 	}
 	return ix, nil
 }
@@ -116,7 +138,7 @@ func (ix *FileIndex) open() error {
 		return tx.Bucket(bucketFiles).ForEach(func(k, v []byte) error {
 			var j jsonRecord
 			if err := json.Unmarshal(v, &j); err != nil {
-				return fmt.Errorf("entry %s: %w", k, err)
+				return fmt.Errorf("entry %q: %w: %w", k, errEntryDamaged, err) // noise inside a value, which bbolt does not checksum
 			}
 			ix.latest[string(k)] = fromJSON(j)
 			return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,9 @@ const (
 // may hold it (a second one waits kvstore.LockTimeout, then fails).
 func NewFileLedger(dir string) (*FileLedger, error) {
 	db, err := kvstore.Open(filepath.Join(dir, ledgerDBName), "feed ledger")
+	if errors.Is(err, kvstore.ErrDamaged) {
+		return nil, ledgerDamaged(filepath.Join(dir, ledgerDBName), err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +70,16 @@ func NewFileLedger(dir string) (*FileLedger, error) {
 		return nil, fmt.Errorf("feed ledger %s: %w", dir, err)
 	}
 	return l, nil
+}
+
+// ledgerDamaged is the refusal to use a damaged ledger: it is the only
+// record of which contacts were pushed, so it is not replaced on its own.
+func ledgerDamaged(path string, err error) error {
+	return fmt.Errorf("%w. The feed ledger is the record of which contacts the feeds pushed and which pushes are uncertain: "+
+		"without it, rows read again would be pushed again, so the feeds do not run. Restore it from a backup; or stop surveysync, "+
+		"move it aside (mv %s %s.damaged) and start again with an empty ledger: rows of a feed file read again (one left in "+
+		"processing/, or the same keys in a later file) are then pushed again, and the uncertain rows are forgotten (check in the "+
+		"service that they exist) (docs/operations.md, \"Damaged local state\")", err, path, path)
 }
 
 // importFormer imports the former JSONL files of every feed.
@@ -225,7 +239,11 @@ func (l *FileLedger) load(ctx context.Context, bucket []byte, feed string, fn fu
 		}
 		for i, v := range vals {
 			if err := fn(v); err != nil {
-				return fmt.Errorf("feed ledger %s: %s of feed %s, entry %d: %w", l.dir, bucket, feed, kvstore.Uint(keys[i]), err)
+				err = fmt.Errorf("feed ledger %s: %s of feed %s, entry %d: %w", l.dir, bucket, feed, kvstore.Uint(keys[i]), err)
+				if !json.Valid(v) { // noise inside a value, which bbolt does not checksum
+					err = ledgerDamaged(filepath.Join(l.dir, ledgerDBName), err)
+				}
+				return err
 			}
 		}
 		if len(keys) < loadChunk {
