@@ -160,6 +160,17 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 		case StateFailed:
 			delete(keys, id)
 			delete(open, id)
+		case StateReleased:
+			// A release undoes only the open intent it follows. A ledger
+			// that keeps every record (the file ledger) may hold it after
+			// a later leader's record of the key (uncertain, or pushed by
+			// a leader that read the ledger before the intent): that
+			// record stands. (ClickHouse returns only the latest record
+			// by version, and a release's version follows its intent's.)
+			if _, ok := open[id]; ok {
+				delete(keys, id)
+				delete(open, id)
+			}
 		}
 		return nil
 	})
@@ -169,10 +180,17 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 	sends := map[string]string{}
 	openSends := map[string]SendEntry{}
 	err = f.ledger.LoadSends(ctx, f.opts.Name, func(e SendEntry) error {
-		sends[e.BatchID] = e.State
-		if e.State == SendIntent {
+		switch e.State {
+		case SendReleased: // never called: the batch may still send (as for contacts, only an open intent is undone)
+			if _, ok := openSends[e.BatchID]; ok {
+				delete(sends, e.BatchID)
+				delete(openSends, e.BatchID)
+			}
+		case SendIntent:
+			sends[e.BatchID] = e.State
 			openSends[e.BatchID] = e
-		} else {
+		default:
+			sends[e.BatchID] = e.State
 			delete(openSends, e.BatchID)
 		}
 		return nil
@@ -462,11 +480,11 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 	// them would push the same rows. With the lease held here, any next
 	// leader reads these intents (it starts a session timeout after our
 	// last contact with ZooKeeper, we stop at half of it), so the calls
-	// below are safe even if they run late. Rows not called keep their open
-	// intents: the next leader reports them uncertain, or pushes them if it
-	// read the ledger before them; never a second create.
+	// below are safe even if they run late. Rows not called are released
+	// (finishNotLeading): the next leader pushes them, or, having read the
+	// ledger before them, has pushed them already; never a second create.
 	if !b.dry && !f.isLeading() {
-		return b.finishNotLeading(chunk)
+		return b.finishNotLeading(ctx, chunk, entries)
 	}
 	for i := range chunk {
 		f.calls <- struct{}{}
@@ -541,20 +559,60 @@ func (b *batchRun) finish(ctx context.Context, chunk []pending, entries []Contac
 
 // errNotCalled is the reason of a row whose intent was recorded but whose
 // create call was not made: the lease lapsed in between.
-const errNotCalled = "not pushed: this daemon lost the lead after recording the intent; the next leader pushes it or reports it uncertain (docs/feeds.md)"
+const (
+	errNotCalled    = "not pushed: this daemon lost the lead after recording the intent and before the call; released, the next leader pushes it (docs/feeds.md)"
+	errNotReleased  = "not pushed: this daemon lost the lead after recording the intent and before the call, and could not record that (%v); the next leader reports it uncertain (docs/feeds.md)"
+	releaseAttempts = 3
+)
 
 // finishNotLeading ends a chunk not called because the lease lapsed while
-// its intents were written: the intents stay open, the rows are reported
-// uncertain, the chunk fails with ErrNotLeading.
-func (b *batchRun) finishNotLeading(chunk []pending) error {
+// its intents were written: no create call of it was made, so its intents
+// are released (StateReleased) and its rows fail with errNotCalled; a later
+// batch, or the next leader, pushes them. The chunk fails with
+// ErrNotLeading.
+//
+// A release has the version of its intent + 1: it overrides that intent
+// and nothing a next leader records later (its records are a lease's
+// length younger), so a next leader that marked the intent uncertain, or
+// read the ledger before the intent and pushed the row itself, keeps its
+// record. If the release cannot be recorded the intents stay open and the
+// rows uncertain, as after a crash.
+func (b *batchRun) finishNotLeading(ctx context.Context, chunk []pending, entries []ContactEntry) error {
 	f := b.f
+	now := f.now().UTC()
+	released := make([]ContactEntry, len(entries))
 	f.mu.Lock()
-	for _, p := range chunk {
-		f.keys[p.id] = kUncertain
+	for i, e := range entries {
+		e.State, e.Error, e.UpdatedAt, e.Version = StateReleased, errNotCalled, now, e.Version+1
+		released[i] = e
+		if e.Version > f.lastVersion {
+			f.lastVersion = e.Version // our own later records of these keys come after
+		}
 	}
 	f.mu.Unlock()
+	err := b.record(ctx, released, releaseAttempts)
+	f.mu.Lock()
 	for _, p := range chunk {
-		b.result(RowResult{Line: p.line, Key: p.key, Outcome: OutcomeUncertain, Reason: errNotCalled})
+		if err == nil {
+			delete(f.keys, p.id)
+		} else {
+			f.keys[p.id] = kUncertain
+			f.uncertainN++
+		}
+	}
+	uncertain := f.uncertainN
+	f.mu.Unlock()
+	if err != nil {
+		f.m.uncertain.WithLabelValues(f.opts.Name).Set(float64(uncertain))
+		f.log.Warn("feed: the lead was lost before a chunk's calls and its release could not be recorded: its rows are uncertain",
+			"feed", f.opts.Name, "rows", len(chunk), "err", err)
+	}
+	for _, p := range chunk {
+		r := RowResult{Line: p.line, Key: p.key, Outcome: OutcomeFailed, Reason: errNotCalled}
+		if err != nil {
+			r.Outcome, r.Reason = OutcomeUncertain, fmt.Sprintf(errNotReleased, err)
+		}
+		b.result(r)
 	}
 	return ErrNotLeading
 }
@@ -589,24 +647,34 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 // outcomes are known, so they are recorded even when ctx has ended (the
 // client disconnected, the grace ran out), within recordTimeout.
 func (b *batchRun) settle(ctx context.Context, entries []ContactEntry) error {
+	if err := b.record(ctx, entries, settleAttempts); err != nil {
+		return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)
+	}
+	return nil
+}
+
+// record records entries whose content is known, up to attempts times,
+// waiting internal/backoff's schedule from 500 ms between them, on a
+// context detached from ctx (bounded by recordTimeout).
+func (b *batchRun) record(ctx context.Context, entries []ContactEntry, attempts int) error {
 	rctx, cancel := detached(ctx)
 	defer cancel()
 	retry := backoff.Policy{Initial: 500 * time.Millisecond, Max: 4 * time.Second}
 	var err error
-	for attempt := 1; attempt <= settleAttempts; attempt++ {
+	for attempt := 1; attempt <= attempts; attempt++ {
 		if err = b.f.ledger.RecordContacts(rctx, entries); err == nil {
 			return nil
 		}
-		if attempt == settleAttempts {
+		if attempt == attempts {
 			break
 		}
 		wait := retry.Delay(attempt)
-		b.f.log.Warn("feed: recording outcomes failed, retrying", "feed", b.f.opts.Name, "attempt", attempt, "retry_in", wait, "err", err)
+		b.f.log.Warn("feed: recording rows failed, retrying", "feed", b.f.opts.Name, "attempt", attempt, "retry_in", wait, "err", err)
 		if backoff.Sleep(rctx, wait) != nil {
 			break
 		}
 	}
-	return fmt.Errorf("feed %s: record outcomes (the rows will show as uncertain at the next start): %w", b.f.opts.Name, err)
+	return err
 }
 
 // send triggers the feed's message once for a batch that pushed at least
@@ -657,9 +725,28 @@ func (b *batchRun) send(ctx context.Context) error {
 		return fmt.Errorf("feed %s: record send intent: %w", f.opts.Name, err)
 	}
 	if !f.isLeading() {
-		// The lease lapsed while the intent was written: the intent stays
-		// open (the next leader reports it uncertain or, having read the
-		// ledger before it, triggers the send itself): never two sends.
+		// The lease lapsed while the intent was written: the call is not
+		// made, and the intent is released (version + 1, as in
+		// finishNotLeading) so that the next leader triggers the send; if
+		// that cannot be recorded the intent stays open and the next leader
+		// reports it uncertain. Never two sends.
+		f.mu.Lock()
+		rel := e
+		rel.State, rel.Error, rel.Version = SendReleased, "not sent: this daemon lost the lead after recording the intent and before the call", e.Version+1
+		if rel.Version > f.lastVersion {
+			f.lastVersion = rel.Version
+		}
+		f.mu.Unlock()
+		rctx, cancel := detached(ctx)
+		defer cancel()
+		if err := f.ledger.RecordSend(rctx, rel); err != nil {
+			f.log.Warn("feed: the lead was lost before a send and its release could not be recorded: the send is uncertain",
+				"feed", f.opts.Name, "batch", b.id, "err", err)
+			return ErrNotLeading
+		}
+		f.mu.Lock()
+		delete(f.sends, b.id)
+		f.mu.Unlock()
 		return ErrNotLeading
 	}
 	req := survey.SendRequest{}

@@ -15,6 +15,7 @@ import (
 
 	chsink "github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/source/feed/feedtest"
 )
@@ -274,3 +275,71 @@ func TestCSVWithClickHouseLedger(t *testing.T) {
 type bytesBuffer = bytes.Buffer
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestReleaseUndoesOnlyItsIntent: a release (a daemon that recorded
+// intents and lost the lead before calling) lets the next leader push the
+// row, but never overrides what a next leader recorded after the intent,
+// even when the release reaches the ledger last: a row it marked
+// uncertain stays held, a row it pushed stays pushed. On both ledgers:
+// ClickHouse orders by version, the file ledger keeps recording order.
+func TestReleaseUndoesOnlyItsIntent(t *testing.T) {
+	for _, backend := range []string{"file", "clickhouse"} {
+		t.Run(backend, func(t *testing.T) {
+			var l feed.Ledger
+			if backend == "clickhouse" {
+				l = chsink.NewFeedLedger(openCH(t))
+			} else {
+				fl, err := parquet.NewFileLedger(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { fl.Close() })
+				l = fl
+			}
+			ctx := context.Background()
+			at := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+			v := uint64(at.UnixNano())
+			rec := func(key, state string, v uint64) feed.ContactEntry {
+				return feed.ContactEntry{Feed: "crm", Key: key, DistributionID: dist, State: state, BatchID: "file:old", UpdatedAt: at, Version: v}
+			}
+			steps := [][]feed.ContactEntry{
+				{rec("C000001", feed.StateIntent, v), rec("C000002", feed.StateIntent, v+1), rec("C000003", feed.StateIntent, v+2)},
+				{rec("C000001", feed.StateReleased, v+1)},    // released in time
+				{rec("C000002", feed.StateUncertain, v+5e9)}, // the next leader read the intent first
+				{rec("C000003", feed.StateIntent, v+5e9)},    // the next leader read the ledger before the intent…
+				{rec("C000003", feed.StatePushed, v+6e9)},    // …and pushed the row itself
+				{rec("C000002", feed.StateReleased, v+2)},    // the old leader's late releases
+				{rec("C000003", feed.StateReleased, v+3)},
+			}
+			for _, es := range steps {
+				if err := l.RecordContacts(ctx, es); err != nil {
+					t.Fatal(err)
+				}
+			}
+			svc := feedtest.Start()
+			defer svc.Close()
+			dir := t.TempDir()
+			genCSV(t, filepath.Join(dir, "a.csv"), 4, false)
+			r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{csvFeed(dir)}, API: newClient(t, svc.URL(), 5*time.Second),
+				Ledger: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.RunOnce(ctx, "crm"); err != nil {
+				t.Fatal(err)
+			}
+			got := pushedIDs(t, svc)
+			if len(got) != 2 || got["C000001"] != 1 || got["C000004"] != 1 {
+				t.Errorf("pushed %v, want C000001 and C000004 once", got)
+			}
+			rep := report(t, dir, "done")
+			if len(rep) != 1 || rep[0].Summary.Pushed != 2 || rep[0].Summary.Uncertain != 1 || rep[0].Summary.Skipped != 1 {
+				t.Fatalf("report %+v", rep)
+			}
+			unc, err := r.Uncertain(ctx, "crm")
+			if err != nil || len(unc) != 1 || unc[0].Key != "C000002" {
+				t.Fatalf("Uncertain: %+v, %v", unc, err)
+			}
+		})
+	}
+}

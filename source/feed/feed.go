@@ -161,6 +161,11 @@ const (
 	StatePushed    = "pushed"    // created: ContactID and SurveyURL set
 	StateFailed    = "failed"    // not created (a 4xx or a final error): pushed again by a later batch
 	StateUncertain = "uncertain" // may or may not have been created: never pushed again automatically
+	// StateReleased ends an intent whose call this daemon knows it never
+	// made (its lease lapsed between the intent and the call): pushed
+	// again by a later batch, like failed. Its version is the intent's + 1,
+	// so it overrides that intent and nothing recorded after it.
+	StateReleased = "released"
 )
 
 // Ledger entries and the Ledger itself are the neutral types of record
@@ -177,6 +182,9 @@ const (
 	SendSent      = "sent"
 	SendFailed    = "failed"
 	SendUncertain = "uncertain"
+	// SendReleased ends a send intent whose call was never made (the lease
+	// lapsed in between): the batch's send is triggered by a later run.
+	SendReleased = "released"
 )
 
 // Defaults of the options that config also defaults (a zero option and an

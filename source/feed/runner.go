@@ -423,9 +423,14 @@ func (r *Runner) Uncertain(ctx context.Context, name string) ([]ContactEntry, er
 		if e.DistributionID != f.opts.DistributionID {
 			return nil
 		}
-		if e.State == StateUncertain || e.State == StateIntent {
+		switch e.State {
+		case StateUncertain, StateIntent:
 			last[e.Key] = e
-		} else {
+		case StateReleased: // undoes an open intent only (ensureLoaded)
+			if l, ok := last[e.Key]; ok && l.State == StateIntent {
+				delete(last, e.Key)
+			}
+		default:
 			delete(last, e.Key)
 		}
 		return nil

@@ -756,27 +756,62 @@ func TestOutageStopsTheFile(t *testing.T) {
 	}
 }
 
+// notLeadingTicks is a slog handler that counts the runs a Runner's loop
+// ended with ErrNotLeading ("feed: run failed; retried at the next
+// interval"), so a test waits for them instead of sleeping.
+type notLeadingTicks struct {
+	ticks chan struct{}
+}
+
+func (h notLeadingTicks) Enabled(context.Context, slog.Level) bool { return true }
+func (h notLeadingTicks) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h notLeadingTicks) WithGroup(string) slog.Handler            { return h }
+func (h notLeadingTicks) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "feed: run failed; retried at the next interval" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && errors.Is(err, feed.ErrNotLeading) {
+			select {
+			case h.ticks <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+
 // TestLeadershipLostMidFile: a runner whose Leading turns false in the
-// middle of a file starts no chunk and triggers no send after it (its
-// context still running, as in a daemon paused past its lease); another
-// runner on the same ledger and folder then leads and pushes the rest:
-// every row once, one send.
+// middle of a file (at the 525th create call, from the fake service's
+// hook) starts no chunk and triggers no send after it (its context still
+// running, as in a daemon paused past its lease); the intents it recorded
+// without calling are released. Another runner on the same ledger and
+// folder then leads and pushes the rest: every row once, none uncertain,
+// one send. No sleeps: the test waits for the runs that a's loop ends with
+// ErrNotLeading (a log hook).
 func TestLeadershipLostMidFile(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
-	svc.SetDelay(2 * time.Millisecond)
 	dir, ledgerDir := t.TempDir(), t.TempDir()
 	o := csvFeed(dir)
 	o.ChunkRows = 50
-	o.Interval = 50 * time.Millisecond
+	o.Interval = 10 * time.Millisecond
 	var leading atomic.Bool
 	leading.Store(true)
+	svc.FaultFor = func(n int64) feedtest.Fault {
+		if n == 525 {
+			leading.Store(false)
+		}
+		return feedtest.None
+	}
 	l, err := parquet.NewFileLedger(ledgerDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ticks := notLeadingTicks{ticks: make(chan struct{})}
 	a, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second), Ledger: l,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leading: leading.Load})
+		Logger: slog.New(ticks), Leading: leading.Load})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -784,44 +819,71 @@ func TestLeadershipLostMidFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	for len(svc.Contacts(dist)) < 525 {
-		time.Sleep(time.Millisecond)
-	}
-	leading.Store(false)
-	time.Sleep(200 * time.Millisecond) // the chunks begun before finish
+	<-ticks.ticks // the file's batch ended: every chunk begun has finished
 	stopped := len(svc.Contacts(dist))
-	time.Sleep(300 * time.Millisecond) // several ticks of a's loop
-	if n := len(svc.Contacts(dist)); n != stopped || stopped >= len(good) {
-		t.Fatalf("a pushed %d → %d after losing the lead (of %d)", stopped, n, len(good))
+	for range 3 { // three more runs of a's loop, each finding it not leading
+		<-ticks.ticks
+	}
+	if n := len(svc.Contacts(dist)); n != stopped || stopped < 525 || stopped >= len(good) {
+		t.Fatalf("a pushed %d → %d after losing the lead at the 525th call (of %d)", stopped, n, len(good))
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	if n := len(svc.Sends()); n != 0 {
 		t.Fatalf("a triggered %d sends", n)
 	}
-	svc.SetDelay(0)
+	states := ledgerStates(t, l, "crm")
+	l.Close()
+	t.Logf("a stopped after %d contacts; its ledger: %v", stopped, states)
+	if states[feed.StateIntent] != 0 || states[feed.StateUncertain] != 0 || states[feed.StatePushed] != stopped {
+		t.Fatalf("a left the ledger with %v (%d created)", states, stopped)
+	}
 	b := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
 	if err := b.runner.RunOnce(context.Background(), "crm"); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	if r := report(t, dir, "done"); len(r) != 1 || r[0].Summary.Uncertain != 0 || int(r[0].Summary.Pushed) != len(good)-stopped {
+		t.Fatalf("b's report %+v", r)
+	}
 	if n := len(svc.Sends()); n != 1 {
 		t.Fatalf("sends %d", n)
 	}
 }
 
+// ledgerStates counts the latest state of every key of a feed.
+func ledgerStates(t testing.TB, l feed.Ledger, name string) map[string]int {
+	t.Helper()
+	last := map[string]string{}
+	if err := l.LoadContacts(context.Background(), name, func(e feed.ContactEntry) error {
+		last[e.Key] = e.State
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, s := range last {
+		n[s]++
+	}
+	return n
+}
+
 // leaseLapsingLedger turns leading false right after the first intents it
-// records: the lease lapsed while the intents were written.
+// records: the lease lapsed while the intents were written. With
+// failRelease it fails every release (the ledger went away too).
 type leaseLapsingLedger struct {
 	feed.Ledger
-	leading *atomic.Bool
-	once    sync.Once
+	leading     *atomic.Bool
+	once        sync.Once
+	failRelease bool
 }
 
 func (l *leaseLapsingLedger) RecordContacts(ctx context.Context, es []feed.ContactEntry) error {
+	if l.failRelease && len(es) > 0 && es[0].State == feed.StateReleased {
+		return errors.New("ledger unavailable")
+	}
 	err := l.Ledger.RecordContacts(ctx, es)
 	if len(es) > 0 && es[0].State == feed.StateIntent {
 		l.once.Do(func() { l.leading.Store(false) })
@@ -831,15 +893,107 @@ func (l *leaseLapsingLedger) RecordContacts(ctx context.Context, es []feed.Conta
 
 // TestLeaseLapsedDuringIntentWrite: Leading is asked again before each
 // create call, so a daemon whose lease lapsed while it wrote a chunk's
-// intents creates nothing of that chunk (the intents stay open) and triggers
-// no send; the next leader reports those rows uncertain and pushes the rest
-// once.
+// intents creates nothing of that chunk and triggers no send; it knows it
+// called nothing, so it releases those intents and the next leader pushes
+// every row once, none uncertain. If the release cannot be recorded, the
+// intents stay open and the next leader reports those rows uncertain (as
+// after a crash), never pushing them.
 func TestLeaseLapsedDuringIntentWrite(t *testing.T) {
+	for _, failRelease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failRelease=%v", failRelease), func(t *testing.T) {
+			svc := feedtest.Start()
+			defer svc.Close()
+			dir, ledgerDir := t.TempDir(), t.TempDir()
+			o := csvFeed(dir)
+			o.ChunkRows = 50
+			var leading atomic.Bool
+			leading.Store(true)
+			fl, err := parquet.NewFileLedger(ledgerDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
+				Ledger: &leaseLapsingLedger{Ledger: fl, leading: &leading, failRelease: failRelease},
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leading: leading.Load})
+			if err != nil {
+				t.Fatal(err)
+			}
+			good, _ := genCSV(t, filepath.Join(dir, "small.csv"), 200, false)
+			if err := a.RunOnce(context.Background(), "crm"); !errors.Is(err, feed.ErrNotLeading) {
+				t.Fatalf("RunOnce: %v, want ErrNotLeading", err)
+			}
+			if n := len(svc.Contacts(dist)); n != 0 {
+				t.Fatalf("a created %d contacts after its lease lapsed", n)
+			}
+			if n := len(svc.Sends()); n != 0 {
+				t.Fatalf("a triggered %d sends", n)
+			}
+			states := ledgerStates(t, fl, "crm")
+			fl.Close()
+			// The chunks a had begun (intents recorded, not called): whole
+			// chunks of 50, released or left open.
+			begun, want := states[feed.StateReleased], feed.StateReleased
+			if failRelease {
+				begun, want = states[feed.StateIntent], feed.StateIntent
+			}
+			if begun == 0 || begun%50 != 0 || len(states) != 1 {
+				t.Fatalf("a left the ledger with %v, want only %s", states, want)
+			}
+			b := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
+			if err := b.runner.RunOnce(context.Background(), "crm"); err != nil {
+				t.Fatal(err)
+			}
+			got := pushedIDs(t, svc)
+			r := report(t, dir, "done")
+			if len(r) != 1 {
+				t.Fatalf("reports %+v", r)
+			}
+			s := r[0].Summary
+			if failRelease {
+				for id, n := range got {
+					if n != 1 {
+						t.Errorf("%s pushed %d times", id, n)
+					}
+				}
+				if int(s.Uncertain) != begun || int(s.Pushed) != len(got) || len(got)+begun != len(good) {
+					t.Errorf("b: %+v; %d created of %d", s, len(got), len(good))
+				}
+			} else {
+				checkExactlyOnce(t, got, good)
+				if s.Uncertain != 0 || int(s.Pushed) != len(good) {
+					t.Errorf("b: %+v", s)
+				}
+			}
+			if n := len(svc.Sends()); n != 1 {
+				t.Errorf("sends %d", n)
+			}
+		})
+	}
+}
+
+// sendLapsingLedger turns leading false right after it records a send
+// intent: the lease lapsed while the send's intent was written.
+type sendLapsingLedger struct {
+	feed.Ledger
+	leading *atomic.Bool
+}
+
+func (l *sendLapsingLedger) RecordSend(ctx context.Context, e feed.SendEntry) error {
+	err := l.Ledger.RecordSend(ctx, e)
+	if e.State == feed.SendIntent {
+		l.leading.Store(false)
+	}
+	return err
+}
+
+// TestLeaseLapsedDuringSendIntent: a daemon whose lease lapsed while it
+// wrote a send's intent does not call send and releases the intent; the
+// next leader, resuming the file, triggers the batch's send once.
+func TestLeaseLapsedDuringSendIntent(t *testing.T) {
 	svc := feedtest.Start()
 	defer svc.Close()
 	dir, ledgerDir := t.TempDir(), t.TempDir()
 	o := csvFeed(dir)
-	o.ChunkRows = 50
 	var leading atomic.Bool
 	leading.Store(true)
 	fl, err := parquet.NewFileLedger(ledgerDir)
@@ -847,43 +1001,38 @@ func TestLeaseLapsedDuringIntentWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
-		Ledger: &leaseLapsingLedger{Ledger: fl, leading: &leading},
+		Ledger: &sendLapsingLedger{Ledger: fl, leading: &leading},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leading: leading.Load})
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, _ := genCSV(t, filepath.Join(dir, "small.csv"), 200, false)
+	good, _ := genCSV(t, filepath.Join(dir, "a.csv"), 120, false)
 	if err := a.RunOnce(context.Background(), "crm"); !errors.Is(err, feed.ErrNotLeading) {
 		t.Fatalf("RunOnce: %v, want ErrNotLeading", err)
-	}
-	if n := len(svc.Contacts(dist)); n != 0 {
-		t.Fatalf("a created %d contacts after its lease lapsed", n)
 	}
 	if n := len(svc.Sends()); n != 0 {
 		t.Fatalf("a triggered %d sends", n)
 	}
+	var sends []string
+	if err := fl.LoadSends(context.Background(), "crm", func(e feed.SendEntry) error {
+		sends = append(sends, e.State)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	fl.Close()
+	if strings.Join(sends, ",") != feed.SendIntent+","+feed.SendReleased {
+		t.Fatalf("a's send records: %v", sends)
+	}
 	b := newEnv(t, svc.URL(), ledgerDir, 5*time.Second, o)
 	if err := b.runner.RunOnce(context.Background(), "crm"); err != nil {
 		t.Fatal(err)
 	}
-	got := pushedIDs(t, svc)
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("%s pushed %d times", id, n)
-		}
+	checkExactlyOnce(t, pushedIDs(t, svc), good)
+	if s := svc.Sends(); len(s) != 1 {
+		t.Fatalf("sends %+v, want 1", s)
 	}
-	// The chunks a had begun (their intents recorded, not called) are
-	// uncertain, whole chunks of 50; every other row is pushed once.
-	r := report(t, dir, "done")
-	if len(r) != 1 {
-		t.Fatalf("reports %+v", r)
-	}
-	s := r[0].Summary
-	if s.Uncertain == 0 || s.Uncertain%50 != 0 || int(s.Pushed) != len(got) || len(got)+int(s.Uncertain) != len(good) {
-		t.Errorf("b: %+v; %d created of %d", s, len(got), len(good))
-	}
-	if n := len(svc.Sends()); n != 1 {
-		t.Errorf("sends %d", n)
+	if r := report(t, dir, "done"); len(r) != 1 || r[0].Summary.Send == nil || r[0].Summary.Send.State != feed.SendSent {
+		t.Fatalf("b's report %+v", r)
 	}
 }
