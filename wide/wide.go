@@ -8,6 +8,7 @@ package wide
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,6 +252,32 @@ func AssignNames(taken []Column, fresh []Column) {
 		}
 		assign(c, base)
 	}
+}
+
+// maxColumnName bounds a stored column name: AssignNames gives at most
+// maxNameLen characters plus "_other" or "_id" and two numeric suffixes.
+const maxColumnName = 128
+
+// columnNameRE is every name AssignNames can give: SanitizeName's letters,
+// digits and "_" (never a leading digit or "_"), or "q<id>", then the
+// suffixes "_other", "_id", "_<id>" and "_<id>_<n>" (an id may be
+// negative).
+var columnNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// CheckColumnName reports whether name is a column name surveysync gives
+// (AssignNames): a stored name that is not (a wide_columns row written by
+// something else, or copied from another server) must not reach SQL or a
+// file's header as it is.
+func CheckColumnName(name string) error {
+	switch {
+	case len(name) > maxColumnName:
+		return fmt.Errorf("column name %q: longer than %d bytes", name, maxColumnName)
+	case !columnNameRE.MatchString(name):
+		return fmt.Errorf("column name %q: not one surveysync gives (must match %s)", name, columnNameRE)
+	case slices.Contains(ResponseColumns, name):
+		return fmt.Errorf("column name %q: taken by the response's own column", name)
+	}
+	return nil
 }
 
 // SortColumns orders columns as the questionnaire does: page, question,

@@ -32,7 +32,7 @@ func insertSQL(table string, schema *arrow.Schema) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("`" + f.Name + "`")
+		b.WriteString(quoteIdent(f.Name))
 	}
 	b.WriteString(")")
 	return b.String()

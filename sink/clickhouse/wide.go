@@ -129,7 +129,28 @@ func WideViewName(surveyID int64) string { return wide.ViewName(surveyID) }
 
 var wideResponseColumns = wide.ResponseColumns
 
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "\\`") + "`" }
+// quoteIdent quotes an identifier for every supported ClickHouse (18.16
+// and current ones read the same escapes in back-quoted names): the
+// backslash and the backtick escaped, control bytes as \xHH, so no name
+// can end the quotes early or change what follows.
+func quoteIdent(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('`')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' || c == '`':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, "\\x%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('`')
+	return b.String()
+}
 
 // wideLabel is the label of an answer cell: the chosen option, or a matrix
 // cell's column.
@@ -621,6 +642,9 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 		if wide.TypeOf(c.Kind) == "" {
 			c.Kind = KindValues
 		}
+		if err := wide.CheckColumnName(c.Name); err != nil {
+			return nil, s.badWideColumn(c, err)
+		}
 		cols = append(cols, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -628,6 +652,23 @@ FROM %s FINAL WHERE survey_id = ? ORDER BY first_seen, question_id, row_id, part
 	}
 	wide.SortColumns(cols)
 	return cols, nil
+}
+
+// badWideColumn is the error for a row of wide_columns whose name
+// surveysync would not give (written by hand, or copied from another
+// server by copy-from): it names the survey, the column and the fix. The
+// name never reaches a view's SQL.
+func (s *Sink) badWideColumn(c WideColumn, err error) error {
+	local, on := s.table("wide_columns"), ""
+	if s.opts.Cluster != "" {
+		local, on = s.table("wide_columns_local"), s.tmpl.OnCluster
+	}
+	return fmt.Errorf("clickhouse: %s: survey %d, question %d (row %d, part %q): %w; "+
+		"surveysync never names a column so, this row was written by something else (or copied from another server). "+
+		"Fix: ALTER TABLE %s%s DELETE WHERE survey_id = %d AND question_id = %d AND row_id = %d AND part = %s, "+
+		"then surveysync views --refresh names the column again",
+		s.table("wide_columns"), c.SurveyID, c.QuestionID, c.RowID, c.Part, err,
+		local, on, c.SurveyID, c.QuestionID, c.RowID, quoteString(c.Part))
 }
 
 // addWideColumns names fresh columns of survey id and records them; the
