@@ -203,6 +203,11 @@ type HA struct {
 	SessionTimeout time.Duration `koanf:"session_timeout"` // a dead leader is replaced after about this long
 	Root           string        `koanf:"root"`            // znode of this account's election; empty: HARoot's default
 	Instance       string        `koanf:"instance"`        // this daemon's name in the election; empty: the host name
+	// ZooKeeper digest authentication, both or neither: with them every
+	// znode of the election is creator-only (docs/operations.md, "High
+	// availability"). The password is best given as SURVEYSYNC_HA__PASSWORD.
+	Username string `koanf:"username"`
+	Password Secret `koanf:"password"`
 }
 
 // Enabled reports whether the daemon takes part in a leader election.

@@ -800,11 +800,24 @@ func TestHA(t *testing.T) {
 		{"SURVEYSYNC_HA__ROOT=relative/path", "ha.root must be an absolute znode path"},
 		{"SURVEYSYNC_HA__ROOT=/a/", "ha.root must be an absolute znode path"},
 		{"SURVEYSYNC_HA__INSTANCE=a\tb", "ha.instance must be at most 200 printable"},
+		{"SURVEYSYNC_HA__USERNAME=zk", "ha.password is empty while ha.username is set"},
+		{"SURVEYSYNC_HA__PASSWORD=zk-pw-not-shown", "ha.username is empty while ha.password is set"},
 	} {
 		_, err := Load("", []string{"SURVEYSYNC_API__TOKEN=t", "SURVEYSYNC_API__BASE_URL=https://api.example.com/v1", "SURVEYSYNC_API__USER_AGENT=acme (data@acme.example)", tc.env}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.env, err, tc.want)
 		}
+		if err != nil && strings.Contains(err.Error(), "zk-pw-not-shown") {
+			t.Errorf("%s: the password is in the error: %v", tc.env, err)
+		}
+	}
+	ca, err := Load("", []string{"SURVEYSYNC_API__TOKEN=t", "SURVEYSYNC_API__BASE_URL=https://api.example.com/v1", "SURVEYSYNC_API__USER_AGENT=acme (data@acme.example)",
+		"SURVEYSYNC_HA__SERVERS=zk1:2181", "SURVEYSYNC_HA__USERNAME=zk", "SURVEYSYNC_HA__PASSWORD=zk-pw-not-shown"}, nil)
+	if err != nil || ca.HA.Username != "zk" || ca.HA.Password.Value() != "zk-pw-not-shown" {
+		t.Fatalf("ha auth from the environment: %+v, %v", ca.HA, err)
+	}
+	if out := fmt.Sprintf("%+v", ca.HA); strings.Contains(out, "zk-pw-not-shown") {
+		t.Errorf("ha prints its password: %s", out)
 	}
 }
 

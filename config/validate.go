@@ -646,6 +646,14 @@ func (c *Config) validateHA(p *problems) {
 	if len(h.Instance) > 200 || strings.ContainsFunc(h.Instance, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		p.add("ha.instance", "must be at most 200 printable characters (got %q)", h.Instance)
 	}
+	switch {
+	case h.Username == "" && h.Password.IsSet():
+		p.add("ha.username", "is empty while ha.password is set: ZooKeeper digest authentication needs both (or neither)")
+	case h.Username != "" && !h.Password.IsSet():
+		p.add("ha.password", "is empty while ha.username is set (%q): set it, best as SURVEYSYNC_HA__PASSWORD, or remove ha.username", h.Username)
+	case strings.Contains(h.Username, ":") || len(h.Username) > 200 || strings.ContainsFunc(h.Username, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		p.add("ha.username", "must be at most 200 printable characters without ':' or spaces (got %q)", h.Username)
+	}
 	if h.Enabled() && c.Demo.Emulator.Enabled {
 		p.add("ha.servers", "is set with demo.emulator.enabled: each daemon would sync its own emulator; point api.base_url at one service instead")
 	}

@@ -93,7 +93,7 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 		}
 	}
 	if cfg.HA.Enabled() {
-		el, herr := ha.Probe(ctx, cfg.HA.Servers, cfg.HARoot(), 5*time.Second)
+		el, herr := ha.Probe(ctx, cfg.HA.Servers, cfg.HARoot(), HAAuth(cfg), 5*time.Second)
 		check(fmt.Sprintf("ha servers %s (election under %s)", strings.Join(cfg.HA.Servers, ","), cfg.HARoot()), herr,
 			"check ha.servers: the client port (usually 2181) of the ZooKeeper or ClickHouse Keeper ensemble, reachable from this machine")
 		if herr == nil {

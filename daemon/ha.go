@@ -42,14 +42,24 @@ func newElector(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer)
 	}
 	e, err := ha.New(ha.Options{
 		Servers: cfg.HA.Servers, SessionTimeout: cfg.HA.SessionTimeout, Root: cfg.HARoot(), Instance: instance,
+		Auth:   HAAuth(cfg),
 		Logger: log.With("component", "ha"), Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
 	}
 	log.Info("ha: campaigning for the lead", "servers", cfg.HA.Servers, "root", cfg.HARoot(), "instance", instance,
-		"session_timeout", cfg.HA.SessionTimeout)
+		"session_timeout", cfg.HA.SessionTimeout, "auth", HAAuth(cfg).String())
+	if !HAAuth(cfg).Set() {
+		log.Warn("ha: no ZooKeeper authentication (ha.username, ha.password): the election's znodes are open to every client of the ensemble, which can delete them and take or stop the lead",
+			"root", cfg.HARoot())
+	}
 	return e, nil
+}
+
+// HAAuth is the ZooKeeper authentication of ha.username and ha.password.
+func HAAuth(cfg *config.Config) ha.Auth {
+	return ha.Auth{Username: cfg.HA.Username, Password: cfg.HA.Password.Value()}
 }
 
 // leaderRestartWait is how long a leader waits before it starts its failed

@@ -40,8 +40,74 @@ type Options struct {
 	SessionTimeout time.Duration // default DefaultSessionTimeout
 	Root           string        // znode under which the candidates are; created when missing
 	Instance       string        // this daemon's name, stored in its znode
+	Auth           Auth          // ZooKeeper digest authentication; none when unset
 	Logger         *slog.Logger
 	Registerer     prometheus.Registerer
+}
+
+// Auth is ZooKeeper digest authentication (ha.username, ha.password).
+// With it, every znode surveysync creates carries a creator-only ACL (the
+// digest of these credentials may do everything, nobody else anything),
+// except the parents of Root it creates, which others may also read and
+// create children in (other accounts share /surveysync, with credentials
+// of their own). Without it, the znodes are open to every client, as
+// before ZooKeeper authentication could be configured.
+type Auth struct {
+	Username string
+	Password string // never logged nor put in errors
+}
+
+// Set reports whether authentication is configured.
+func (a Auth) Set() bool { return a.Username != "" }
+
+// String never shows the password.
+func (a Auth) String() string {
+	if !a.Set() {
+		return "none"
+	}
+	return "digest " + a.Username
+}
+
+// acl is the ACL of the znodes surveysync owns: Root and the candidates.
+func (a Auth) acl() []zk.ACL {
+	if !a.Set() {
+		return zk.WorldACL(zk.PermAll)
+	}
+	return zk.DigestACL(zk.PermAll, a.Username, a.Password)
+}
+
+// parentACL is the ACL of the parents of Root surveysync creates: the
+// credentials may do everything, anyone may read and create children (the
+// roots of other accounts), nobody else may delete, write or change it.
+func (a Auth) parentACL() []zk.ACL {
+	if !a.Set() {
+		return zk.WorldACL(zk.PermAll)
+	}
+	return append(a.acl(), zk.ACL{Perms: zk.PermRead | zk.PermCreate, Scheme: "world", ID: "anyone"})
+}
+
+// authenticate adds the credentials to conn (the client sends them again
+// after every reconnection, to a new session too).
+func (a Auth) authenticate(conn *zk.Conn) error {
+	if !a.Set() {
+		return nil
+	}
+	if err := conn.AddAuth("digest", []byte(a.Username+":"+a.Password)); err != nil {
+		return fmt.Errorf("authenticate as %s: %w", a.Username, err)
+	}
+	return nil
+}
+
+// noAuth explains a ZooKeeper refusal of this daemon's credentials.
+func (a Auth) noAuth(err error, node string) error {
+	if !errors.Is(err, zk.ErrNoAuth) {
+		return err
+	}
+	if a.Set() {
+		return fmt.Errorf("%w: %s is protected by a ZooKeeper ACL that the credentials of ha.username %s do not match: "+
+			"give every daemon of this election the same ha.username and ha.password (or set the znode's ACL with zkCli.sh setAcl)", err, node, a.Username)
+	}
+	return fmt.Errorf("%w: %s is protected by a ZooKeeper ACL: set ha.username and ha.password to the credentials of the other daemons", err, node)
 }
 
 // Status is what an elector knows about the election.
@@ -93,6 +159,9 @@ func New(o Options) (*Elector, error) {
 	}
 	if o.Instance == "" {
 		return nil, errors.New("ha: no instance name")
+	}
+	if strings.Contains(o.Auth.Username, ":") || (o.Auth.Username == "") != (o.Auth.Password == "") {
+		return nil, errors.New("ha: auth: want a user name without ':' and a password, both or neither")
 	}
 	e := &Elector{
 		o:          o,
@@ -258,10 +327,12 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context)) error {
 
 // campaign is Run's state between rounds.
 type campaign struct {
-	e    *Elector
-	conn *zk.Conn
-	wake chan struct{}
-	node string // our znode (full path), "" before it is created
+	e      *Elector
+	conn   *zk.Conn
+	wake   chan struct{}
+	node   string // our znode (full path), "" before it is created
+	authed bool   // the credentials were added to conn
+	owned  bool   // Root and its parents were created, their ACLs checked
 }
 
 const nodePrefix = "n_"
@@ -271,8 +342,19 @@ const nodePrefix = "n_"
 func (c *campaign) round(ctx context.Context, lead func(context.Context)) error {
 	e := c.e
 	t0 := time.Now()
-	if err := ensurePath(c.conn, e.o.Root); err != nil {
-		return fmt.Errorf("create %s: %w", e.o.Root, err)
+	if !c.authed {
+		if err := e.o.Auth.authenticate(c.conn); err != nil {
+			return err
+		}
+		c.authed = true
+	}
+	if !c.owned {
+		if err := c.own(); err != nil {
+			return err
+		}
+		c.owned = true
+	} else if err := ensurePath(c.conn, e.o.Root, e.o.Auth); err != nil {
+		return fmt.Errorf("create %s: %w", e.o.Root, e.o.Auth.noAuth(err, e.o.Root))
 	}
 	e.contact(t0)
 	if c.node != "" {
@@ -285,9 +367,9 @@ func (c *campaign) round(ctx context.Context, lead func(context.Context)) error 
 		}
 	}
 	if c.node == "" {
-		p, err := c.conn.CreateProtectedEphemeralSequential(e.o.Root+"/"+nodePrefix, []byte(e.o.Instance), zk.WorldACL(zk.PermAll))
+		p, err := c.conn.CreateProtectedEphemeralSequential(e.o.Root+"/"+nodePrefix, []byte(e.o.Instance), e.o.Auth.acl())
 		if err != nil {
-			return fmt.Errorf("create candidate znode: %w", err)
+			return fmt.Errorf("create candidate znode: %w", e.o.Auth.noAuth(err, e.o.Root))
 		}
 		c.node = p
 		e.log.Info("ha: candidate", "znode", p, "instance", e.o.Instance)
@@ -295,7 +377,7 @@ func (c *campaign) round(ctx context.Context, lead func(context.Context)) error 
 	t0 = time.Now()
 	children, _, err := c.conn.Children(e.o.Root)
 	if err != nil {
-		return err
+		return e.o.Auth.noAuth(err, e.o.Root)
 	}
 	e.contact(t0)
 	children = candidates(children)
@@ -416,8 +498,9 @@ func candidates(children []string) []string {
 	return out
 }
 
-// ensurePath creates p and its missing parents (persistent znodes).
-func ensurePath(conn *zk.Conn, p string) error {
+// ensurePath creates p and its missing parents (persistent znodes), p
+// with auth's ACL, the parents with its parent ACL.
+func ensurePath(conn *zk.Conn, p string, auth Auth) error {
 	ok, _, err := conn.Exists(p)
 	if err != nil || ok {
 		return err
@@ -425,9 +508,61 @@ func ensurePath(conn *zk.Conn, p string) error {
 	cur := ""
 	for _, part := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
 		cur += "/" + part
-		if _, err := conn.Create(cur, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		acl := auth.parentACL()
+		if cur == p {
+			acl = auth.acl()
+		}
+		if _, err := conn.Create(cur, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return err
 		}
 	}
 	return nil
+}
+
+// own creates Root (with its parents) and, with credentials, closes what
+// an older surveysync (or a daemon without ha.username) left open: Root
+// had an ACL that let every client write and delete it. Root gets the
+// creator-only ACL; a parent still open to every client is named in a
+// warning and left as it is (other accounts, with credentials of their
+// own, may share it: the operator sets its ACL).
+func (c *campaign) own() error {
+	e := c.e
+	auth, root := e.o.Auth, e.o.Root
+	if err := ensurePath(c.conn, root, auth); err != nil {
+		return fmt.Errorf("create %s: %w", root, auth.noAuth(err, root))
+	}
+	if !auth.Set() {
+		return nil
+	}
+	acl, stat, err := c.conn.GetACL(root)
+	if err != nil {
+		return fmt.Errorf("read the ACL of %s: %w", root, auth.noAuth(err, root))
+	}
+	if worldOpen(acl) {
+		if _, err := c.conn.SetACL(root, auth.acl(), stat.Aversion); err != nil {
+			return fmt.Errorf("restrict the ACL of %s (open to every client): %w", root, auth.noAuth(err, root))
+		}
+		e.log.Info("ha: the election's znode was open to every client (an older surveysync created it); its ACL is now restricted to ha.username",
+			"znode", root, "username", auth.Username)
+	}
+	for p := path.Dir(root); p != "/"; p = path.Dir(p) {
+		acl, _, err := c.conn.GetACL(p)
+		if err != nil || !worldOpen(acl) {
+			continue // unreadable: not ours to judge
+		}
+		e.log.Warn("ha: a parent of the election's znode is open to every client, who may delete or replace the election while no daemon runs; restrict it (docs/operations.md, \"ZooKeeper authentication\")",
+			"znode", p, "fix", "in zkCli.sh: addauth digest "+auth.Username+":<password>, then setAcl "+p+" auth::cdrwa,world:anyone:cr")
+	}
+	return nil
+}
+
+// worldOpen reports whether acl lets any client write, delete or change
+// the ACL (more than read and create children).
+func worldOpen(acl []zk.ACL) bool {
+	for _, a := range acl {
+		if a.Scheme == "world" && a.ID == "anyone" && a.Perms&^(zk.PermRead|zk.PermCreate) != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -55,8 +55,13 @@ func (w *world) most() int { w.mu.Lock(); defer w.mu.Unlock(); return w.maxSeen 
 
 func start(t *testing.T, w *world, addr, root, name string, timeout time.Duration, h *hole) *node {
 	t.Helper()
+	return startAuth(t, w, addr, root, name, timeout, h, Auth{})
+}
+
+func startAuth(t *testing.T, w *world, addr, root, name string, timeout time.Duration, h *hole, auth Auth) *node {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	e, err := New(Options{Servers: []string{addr}, SessionTimeout: timeout, Root: root, Instance: name, Registerer: reg})
+	e, err := New(Options{Servers: []string{addr}, SessionTimeout: timeout, Root: root, Instance: name, Registerer: reg, Auth: auth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +117,9 @@ func TestOptions(t *testing.T) {
 		{Servers: []string{"h:1"}, Root: "/a/", Instance: "x"},
 		{Servers: []string{"h:1"}, Root: "/", Instance: "x"},
 		{Servers: []string{"h:1"}, Root: "/a"},
+		{Servers: []string{"h:1"}, Root: "/a", Instance: "x", Auth: Auth{Username: "u"}},
+		{Servers: []string{"h:1"}, Root: "/a", Instance: "x", Auth: Auth{Password: "p"}},
+		{Servers: []string{"h:1"}, Root: "/a", Instance: "x", Auth: Auth{Username: "u:v", Password: "p"}},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v): no error", o)

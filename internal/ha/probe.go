@@ -18,7 +18,8 @@ type Election struct {
 // Probe connects to the ZooKeeper ensemble (surveysync doctor), within
 // timeout, and reads the election under root: who campaigns and who leads.
 // A root that does not exist yet is no error (no daemon has started).
-func Probe(ctx context.Context, servers []string, root string, timeout time.Duration) (Election, error) {
+// With auth, it reads as the daemons do (their znodes are creator-only).
+func Probe(ctx context.Context, servers []string, root string, auth Auth, timeout time.Duration) (Election, error) {
 	var el Election
 	if len(servers) == 0 {
 		return el, errors.New("ha: no servers")
@@ -40,12 +41,15 @@ func Probe(ctx context.Context, servers []string, root string, timeout time.Dura
 			ok = ev.State == zk.StateHasSession
 		}
 	}
+	if err := auth.authenticate(conn); err != nil {
+		return el, fmt.Errorf("ha: %w", err)
+	}
 	children, _, err := conn.Children(root)
 	if errors.Is(err, zk.ErrNoNode) {
 		return el, nil
 	}
 	if err != nil {
-		return el, fmt.Errorf("ha: read %s: %w", root, err)
+		return el, fmt.Errorf("ha: read %s: %w", root, auth.noAuth(err, root))
 	}
 	for _, ch := range candidates(children) {
 		data, _, err := conn.Get(root + "/" + ch)
@@ -53,7 +57,7 @@ func Probe(ctx context.Context, servers []string, root string, timeout time.Dura
 			continue // left meanwhile
 		}
 		if err != nil {
-			return el, fmt.Errorf("ha: read %s/%s: %w", root, ch, err)
+			return el, fmt.Errorf("ha: read %s/%s: %w", root, ch, auth.noAuth(err, root+"/"+ch))
 		}
 		el.Candidates = append(el.Candidates, string(data))
 	}
