@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/surveysync/surveysync/pipeline/files"
@@ -37,14 +38,22 @@ func (s *Sink) Inventory() warehouse.Inventory { return s }
 // WebhookLog writes webhook_events.
 func (s *Sink) WebhookLog() record.WebhookLog { return NewWebhookLog(s) }
 
-// QueryConn runs queries on the connection pool; its rows are
+// QueryConn runs queries read-only on the connection pool; its rows are
 // clickhouse-go's, seen through record.Rows.
 func (s *Sink) QueryConn() record.QueryConn { return queryConn{s.conn} }
 
-// queryConn adapts driver.Conn to record.QueryConn.
+// queryConn adapts driver.Conn to record.QueryConn. The queries come from
+// the configuration (clickhouse_query feeds, `surveysync check`) and run on
+// the daemon's read-write connection, so each runs with the setting
+// readonly = 2: ClickHouse refuses any write or DDL (INSERT, ALTER, DROP,
+// CREATE…, code 164 READONLY) and a change of readonly itself (SETTINGS
+// readonly = 0), while other settings may still be set, by the connection
+// (sent with every query, in no fixed order) or the query. readonly = 1
+// would refuse those too. Checked on 18.16 (TestQueryConnIsReadOnly).
 type queryConn struct{ conn driver.Conn }
 
 func (q queryConn) Query(ctx context.Context, query string, args ...any) (record.Rows, error) {
+	ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"readonly": 2}))
 	rows, err := q.conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err

@@ -343,3 +343,64 @@ func TestReleaseUndoesOnlyItsIntent(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryFeedIsReadOnly: the query of a clickhouse_query feed runs with
+// readonly = 2 on the daemon's read-write connection: a query that writes,
+// changes a table or lowers readonly is refused by the real ClickHouse
+// (code 164) and changes nothing, while a SELECT with its own SETTINGS
+// still runs.
+func TestQueryFeedIsReadOnly(t *testing.T) {
+	s := openCH(t)
+	ctx := context.Background()
+	table := s.Database() + ".customers"
+	if err := s.Conn().Exec(ctx, "CREATE TABLE "+table+" (id UInt32, email String) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn().Exec(ctx, "INSERT INTO "+table+" SELECT number, concat('zakaznik', toString(number), '@example.cz') FROM system.numbers LIMIT 10"); err != nil {
+		t.Fatal(err)
+	}
+	svc := feedtest.Start()
+	defer svc.Close()
+	hostile := []string{
+		"INSERT INTO " + table + " SELECT 99, 'x@example.cz'",
+		"DROP TABLE " + table,
+		"ALTER TABLE " + table + " DELETE WHERE 1",
+		"CREATE TABLE " + s.Database() + ".stolen ENGINE = Memory AS SELECT * FROM " + table,
+		"TRUNCATE TABLE " + table,
+		"SELECT id, email FROM " + table + " SETTINGS readonly = 0",
+	}
+	run := func(query string) error {
+		o := feed.Options{Name: "q", Type: feed.TypeClickHouseQuery, DistributionID: dist, Channel: feed.ChannelEmail,
+			Mapping: map[string]string{"email": "email", "user_field1": "id"}, DedupeKey: "id",
+			ClickHouseQuery: feed.QueryOptions{Query: query, Conn: s.QueryConn()}}
+		r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{o}, API: newClient(t, svc.URL(), 5*time.Second),
+			Ledger: chsink.NewFeedLedger(s), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.RunOnce(ctx, "q")
+	}
+	for _, q := range hostile {
+		err := run(q)
+		if err == nil || !strings.Contains(err.Error(), "readonly mode") {
+			t.Errorf("%s: %v, want a readonly refusal", q, err)
+		}
+	}
+	var n uint64
+	if err := s.Conn().QueryRow(ctx, "SELECT count() FROM "+table).Scan(&n); err != nil || n != 10 {
+		t.Fatalf("the table after the hostile queries: %d rows, %v", n, err)
+	}
+	var stolen uint64
+	if err := s.Conn().QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'stolen'", s.Database()).Scan(&stolen); err != nil || stolen != 0 {
+		t.Fatalf("stolen table: %d, %v", stolen, err)
+	}
+	if c := len(svc.Contacts(dist)); c != 0 {
+		t.Fatalf("%d contacts pushed by refused queries", c)
+	}
+	if err := run("SELECT id, email FROM " + table + " SETTINGS max_threads = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := len(svc.Contacts(dist)); c != 10 {
+		t.Fatalf("%d contacts pushed by the SELECT, want 10", c)
+	}
+}
