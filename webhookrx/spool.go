@@ -119,6 +119,9 @@ func openSpool(dir string, dedupeIDs int, log *slog.Logger) (*spool, []uint64, e
 		s.close()
 		return nil, nil, err
 	}
+	if err := s.recoverDamaged(filepath.Join(dir, dbName)); err != nil {
+		return fail(err)
+	}
 	if s.db, err = kvstore.Open(filepath.Join(dir, dbName), "webhookrx: spool"); err != nil {
 		return fail(err)
 	}
