@@ -1,45 +1,34 @@
 package webhookrx
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/internal/kvstore"
 )
 
-// recoverDamaged checks the spool's database before bbolt opens it
-// (kvstore.Scan: bbolt panics, beyond any recover, on a damaged page).
-// A damaged file is moved aside (spool.db.damaged-<time>) and replaced by
-// a new database holding what could be read: the waiting events, done
-// marks and retry counts on the sound pages. The events on the damaged
+// recoverDamaged handles a spool database kvstore.Open found damaged
+// (damage: its error): bbolt would panic on it, beyond any recover. The
+// file is moved aside (spool.db.damaged-<time>) and replaced by a new
+// database holding what kvstore.Scan could read on its sound pages: the
+// waiting events, done marks and retry counts. The events on the damaged
 // pages are lost to the spool, not to the warehouse: polling and
-// reconcile fetch their responses. A file that cannot be read at all
-// (permissions, an I/O error) is an error naming it.
-func (s *spool) recoverDamaged(path string) error {
-	if _, err := os.Stat(path); os.IsNotExist(err) {
-		return nil
-	}
-	res, err := kvstore.Scan(path, false)
+// reconcile fetch their responses.
+func (s *spool) recoverDamaged(path string, damage error) error {
+	res, err := kvstore.Scan(path, true)
 	if err != nil {
 		return fmt.Errorf("webhookrx: spool %s cannot be read: %w (check its permissions and the disk; moving it away starts an empty spool)", path, err)
 	}
-	if !res.Damaged() {
-		return nil
+	var de *kvstore.DamagedError
+	what := res.Summary()
+	if errors.As(damage, &de) {
+		what = de.Err.Error()
 	}
-	if res, err = kvstore.Scan(path, true); err != nil {
-		return fmt.Errorf("webhookrx: spool %s cannot be read: %w", path, err)
-	}
-	aside := fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405.000Z"))
-	if err := os.Rename(path, aside); err != nil {
-		return fmt.Errorf("webhookrx: spool %s is damaged (%s) and cannot be moved aside: %w; move or delete it to start with an empty spool", path, res.Summary(), err)
-	}
-	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("webhookrx: spool %s: %w", s.dir, err)
+	aside, err := kvstore.SetAside(path)
+	if err != nil {
+		return fmt.Errorf("webhookrx: spool %s is damaged (%s) and cannot be moved aside: %w; move or delete it to start with an empty spool", path, what, err)
 	}
 	db, err := kvstore.Open(path, "webhookrx: spool")
 	if err != nil {
@@ -55,7 +44,7 @@ func (s *spool) recoverDamaged(path string) error {
 	s.log.Warn("webhook spool: the spool's database is damaged; it was moved aside and a new one started with what could be read. "+
 		"Webhook events on the damaged pages are lost from the spool: polling and reconcile fetch their responses (run `surveysync resync` to fetch at once). "+
 		"The damaged file is kept for inspection; delete it when done (it may hold webhook bodies)",
-		"file", path, "moved_to", aside, "damage", res.Summary(),
+		"file", path, "moved_to", aside, "damage", what,
 		"events_kept", n.events, "events_unreadable", n.badEvents, "done_marks_kept", n.done, "events_bucket_damaged", n.eventsDamaged)
 	return nil
 }

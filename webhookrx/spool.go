@@ -2,6 +2,7 @@ package webhookrx
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -119,10 +120,14 @@ func openSpool(dir string, dedupeIDs int, log *slog.Logger) (*spool, []uint64, e
 		s.close()
 		return nil, nil, err
 	}
-	if err := s.recoverDamaged(filepath.Join(dir, dbName)); err != nil {
-		return fail(err)
+	path := filepath.Join(dir, dbName)
+	s.db, err = kvstore.Open(path, "webhookrx: spool")
+	if errors.Is(err, kvstore.ErrDamaged) {
+		if err = s.recoverDamaged(path, err); err == nil {
+			s.db, err = kvstore.Open(path, "webhookrx: spool")
+		}
 	}
-	if s.db, err = kvstore.Open(filepath.Join(dir, dbName), "webhookrx: spool"); err != nil {
+	if err != nil {
 		return fail(err)
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {

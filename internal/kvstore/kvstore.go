@@ -132,6 +132,17 @@ func Check(path, what string) (err error) {
 		return openError(path, what, err)
 	}
 	defer db.Close()
+	// Scan too, under the read-only open's shared lock (no writer): plain
+	// reads, and it finds what bbolt's free-page scan would panic on in a
+	// goroutine of its own (a page referenced twice, keys out of their
+	// parent's range).
+	res, err := Scan(path, false)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	if res.Damaged() {
+		return damaged(errors.New(res.Summary()))
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, path, err)

@@ -10,10 +10,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// fill writes a database with two buckets of n entries each (values of a
+// fillScan writes a database with two buckets of n entries each (values of a
 // few hundred bytes, so the trees have branch pages and overflow pages),
 // deletes every third entry (free pages), and returns what is left.
-func fill(t *testing.T, path string, n int) map[string]map[string][]byte {
+func fillScan(t *testing.T, path string, n int) map[string]map[string][]byte {
 	t.Helper()
 	db, err := Open(path, "test")
 	if err != nil {
@@ -73,7 +73,7 @@ func fill(t *testing.T, path string, n int) map[string]map[string][]byte {
 
 func TestScanSoundFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	want := fill(t, path, 3000)
+	want := fillScan(t, path, 3000)
 	res, err := Scan(path, true)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestScanDamagedFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "s.db")
-			want := fill(t, path, 3000)
+			want := fillScan(t, path, 3000)
 			b, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
