@@ -52,9 +52,34 @@ func (d csvDir) prepare() error {
 		return fmt.Errorf("feed %s: %w", d.f.opts.Name, err)
 	}
 	for _, sub := range []string{dirProcessing, dirDone, dirFailed} {
-		if err := os.MkdirAll(d.path(sub), 0o755); err != nil {
+		if err := privateDir(d.path(sub)); err != nil {
 			return fmt.Errorf("feed %s: %w", d.f.opts.Name, err)
 		}
+	}
+	return nil
+}
+
+// Modes of what a csv_dir feed creates: the files hold personal data (the
+// rows, the reports' keys and reasons), so only the daemon's user reads
+// them, as for everything else surveysync writes.
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
+)
+
+// privateDir creates dir with dirMode, or takes away the world's access to
+// an existing one (a folder created 0755 by an earlier version ends 0750:
+// a group the operator gave it keeps its access).
+func privateDir(dir string) error {
+	if err := os.Mkdir(dir, dirMode); err == nil || !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); fi.IsDir() && perm&0o007 != 0 {
+		return os.Chmod(dir, perm&^0o007)
 	}
 	return nil
 }
@@ -192,7 +217,7 @@ func (d csvDir) process(ctx context.Context, claimed string) error {
 	path := d.path(dirProcessing, claimed)
 	started := f.now().UTC()
 	problemsPath := d.path(dirProcessing, "."+claimed+".problems")
-	pf, err := os.Create(problemsPath)
+	pf, err := os.OpenFile(problemsPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fileMode)
 	if err != nil {
 		return fmt.Errorf("feed %s: %w", f.opts.Name, err)
 	}
@@ -262,7 +287,7 @@ func (d csvDir) writeReport(path string, rep *FileReport, pf *os.File) error {
 	if _, err := pf.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, 0o644, func(out *os.File) error {
+	return atomicfile.Write(path, fileMode, func(out *os.File) error {
 		w := bufio.NewWriter(out)
 		// bufio.Writer's errors are sticky: Flush below reports the first.
 		_, _ = w.Write(head[:len(head)-1]) // drop the closing brace

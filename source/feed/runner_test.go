@@ -1036,3 +1036,48 @@ func TestLeaseLapsedDuringSendIntent(t *testing.T) {
 		t.Fatalf("b's report %+v", r)
 	}
 }
+
+// TestFeedFilesArePrivate: the folders a csv_dir feed creates are 0700
+// and its reports 0600 (they hold keys and reasons: personal data); a
+// done/ folder an earlier version created 0755 loses the world's access.
+func TestFeedFilesArePrivate(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "done"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "done"), 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, csvFeed(dir))
+	genCSV(t, filepath.Join(dir, "a.csv"), 10, false)
+	if err := os.WriteFile(filepath.Join(dir, "empty.csv"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	mode := func(p string) os.FileMode {
+		t.Helper()
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	for sub, want := range map[string]os.FileMode{"processing": 0o700, "failed": 0o700, "done": 0o750} {
+		if got := mode(filepath.Join(dir, sub)); got != want {
+			t.Errorf("%s/ is %v, want %v", sub, got, want)
+		}
+	}
+	reports, _ := filepath.Glob(filepath.Join(dir, "*", "*.report.json"))
+	if len(reports) != 2 {
+		t.Fatalf("reports %v", reports)
+	}
+	for _, p := range reports {
+		if got := mode(p); got != 0o600 {
+			t.Errorf("%s is %v, want 0600", p, got)
+		}
+	}
+}
