@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/surveysync/surveysync/internal/permanent"
@@ -42,6 +44,19 @@ type webhookProcessor struct {
 	inv     warehouse.Inventory // nil without one (Parquet)
 	now     func() time.Time
 	exclude *excludeList // nil: none
+	// checks bounds the cost of webhooks naming responses that do not
+	// exist (webhookcheck.go); nil: built on first use.
+	checks     *webhookChecks
+	checksOnce sync.Once
+}
+
+func (w *webhookProcessor) check() *webhookChecks {
+	w.checksOnce.Do(func() {
+		if w.checks == nil {
+			w.checks = newWebhookChecks(w.api, w.now)
+		}
+	})
+	return w.checks
 }
 
 // final marks the errors asking again cannot fix as permanent for the
@@ -66,35 +81,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		if e.ResponseID == "" {
 			return permanent.Errorf("bad_event", "response_received event %s has no response_id", ev.ID)
 		}
-		done := make(chan error, 1)
-		err := w.pipe.Submit(ctx, pipeline.Ref{
-			SurveyID: e.SurveyID, ResponseID: e.ResponseID, Source: "webhook", Urgent: true,
-			OnNotFound: func(ctx context.Context) (bool, error) { return w.known(ctx, e.SurveyID, e.ResponseID) },
-			Done:       func(err error) { done <- err },
-		})
-		if err != nil {
-			return err
-		}
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		switch {
-		case errors.Is(err, pipeline.ErrNotWritten):
-			// The detail may lag the webhook: nothing is written, but a
-			// readable survey joins the polling set, so the poller writes
-			// the response once the service lists it.
-			if rerr := w.readable(ctx, e.SurveyID); rerr != nil {
-				return rerr
-			}
-			w.poller.AddSurvey(e.SurveyID)
-			return permanent.New("webhook", fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written; the survey is polled", e.ResponseID, e.SurveyID))
-		case err != nil:
-			return final(err)
-		}
-		// Only a survey whose response could be read joins the polling set.
-		w.poller.AddSurvey(e.SurveyID)
+		return w.responseReceived(ctx, ev)
 	case webhookrx.KindSurveyLaunched:
 		// One list call: a survey the token cannot read (403) or that does
 		// not exist (404) must not join the polling set for good.
@@ -116,6 +103,9 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		} else if e.CompletedAt != nil {
 			at = e.CompletedAt.Time
 		}
+		if err := w.confirmEnded(ctx, e.SurveyID, at); err != nil {
+			return err
+		}
 		if err := w.surveys.update(ctx, e.SurveyID, func(s *pipeline.SurveyInfo) { s.EndedAt = &at }); err != nil {
 			return err
 		}
@@ -126,13 +116,133 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 
 // readable makes one list call: a survey the token cannot read (403) or
 // that does not exist (404) gives a permanent error and must not join the
-// polling set for good.
+// polling set for good. A survey one of whose list calls answered within
+// readableTTL is not asked again.
 func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
+	c := w.check()
+	if c.readable(surveyID) {
+		return nil
+	}
 	_, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1})
 	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
 		return permanent.New("webhook", fmt.Errorf("survey %d, which the API token cannot read: not added to the polling set: %w", surveyID, err))
 	}
+	if err == nil {
+		c.markReadable(surveyID)
+	}
 	return final(err)
+}
+
+// responseReceived fetches and writes the response a webhook names. An id
+// known to be absent costs no call; the events of a survey whose webhooks
+// name absent responses (or that come faster than directMax fetches) are
+// checked against one listing first (webhookcheck.go), and only the listed
+// ones are fetched. An absent response ends the event as rejected and
+// puts its survey in the polling set: if it appears later, the poller
+// writes it.
+func (w *webhookProcessor) responseReceived(ctx context.Context, ev webhookrx.Event) error {
+	e := ev.Parsed
+	c := w.check()
+	key := responseKey{survey: e.SurveyID, id: e.ResponseID}
+	if c.absent.has(key, w.now()) {
+		w.poller.AddSurvey(e.SurveyID)
+		return permanent.New("webhook", fmt.Errorf("response %s of survey %d: known to be absent (a webhook named it within %v and the service did not have it): not fetched again; the survey is polled", e.ResponseID, e.SurveyID, absentTTL))
+	}
+	direct, err := c.startDirect(ctx, e.SurveyID)
+	if err != nil {
+		return err
+	}
+	if direct {
+		err := w.fetch(ctx, e.SurveyID, e.ResponseID)
+		c.endDirect(e.SurveyID)
+		return err
+	}
+	ok, l, err := c.listed(ctx, e.SurveyID, e.ResponseID, needOf(ev))
+	if err != nil {
+		return final(err)
+	}
+	if !ok {
+		c.miss(key)
+		w.poller.AddSurvey(e.SurveyID)
+		how := "listed in full"
+		if !l.complete {
+			how = fmt.Sprintf("listed up to %d pages", listMaxPages)
+		}
+		return permanent.New("webhook", fmt.Errorf("response %s of survey %d: not listed by the service (completed since %s, %s, %s, %d list calls for every webhook that waited): not fetched; the survey is polled",
+			e.ResponseID, e.SurveyID, l.from.UTC().Format(time.RFC3339), strings.Join(l.statuses, "/"), how, l.calls))
+	}
+	return w.fetch(ctx, e.SurveyID, e.ResponseID)
+}
+
+// fetch reads one response's detail and writes it through the pipeline.
+func (w *webhookProcessor) fetch(ctx context.Context, surveyID int64, id survey.GUID) error {
+	done := make(chan error, 1)
+	err := w.pipe.Submit(ctx, pipeline.Ref{
+		SurveyID: surveyID, ResponseID: id, Source: "webhook", Urgent: true,
+		OnNotFound: func(ctx context.Context) (bool, error) { return w.known(ctx, surveyID, id) },
+		Done:       func(err error) { done <- err },
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	switch {
+	case errors.Is(err, pipeline.ErrNotWritten):
+		// The detail may lag the webhook: nothing is written, but a
+		// readable survey joins the polling set, so the poller writes
+		// the response once the service lists it.
+		w.check().miss(responseKey{survey: surveyID, id: id})
+		if rerr := w.readable(ctx, surveyID); rerr != nil {
+			return rerr
+		}
+		w.poller.AddSurvey(surveyID)
+		return permanent.New("webhook", fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written; the survey is polled", id, surveyID))
+	case err != nil:
+		return final(err)
+	}
+	// Only a survey whose response could be read joins the polling set.
+	w.poller.AddSurvey(surveyID)
+	return nil
+}
+
+// endSkew is how far in the future a survey_ended may date the end (the
+// service's clock against ours).
+const endSkew = time.Minute
+
+// confirmEnded checks a survey_ended against the service before the survey
+// goes to the ended cadence (polled every 6 h): an unsigned webhook is no
+// proof, and a forged one would starve a live survey's polling. One list
+// call: the responses started after the claimed end, in progress
+// (status partial, the first to show a survey that takes answers). A survey
+// that ended has none; one that lists any is live, and the event is
+// rejected. An end dated in the future is rejected without a call.
+//
+// What one call cannot see: an end dated a moment ago on a live survey
+// whose next respondent has not started yet. Such a survey goes to the
+// ended cadence after its final sync, and back to the normal one at its
+// next response_received (AddSurvey re-adds an ended survey).
+func (w *webhookProcessor) confirmEnded(ctx context.Context, surveyID int64, at time.Time) error {
+	if now := w.now(); at.After(now.Add(endSkew)) {
+		return permanent.New("webhook", fmt.Errorf("survey %d: survey_ended dates the end %s, in the future (now %s): not acted on; the survey keeps its cadence",
+			surveyID, at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
+	}
+	l, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1, StartStartedAt: at, Status: survey.StatusPartial})
+	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
+		return permanent.New("webhook", fmt.Errorf("survey %d, which the API token cannot read: survey_ended not acted on: %w", surveyID, err))
+	}
+	if err != nil {
+		return final(err)
+	}
+	w.check().markReadable(surveyID)
+	if n := max(l.Total, len(l.Data)); n > 0 {
+		return permanent.New("webhook", fmt.Errorf("survey %d: survey_ended says it ended at %s, but the service lists %d responses started since: the survey is live; not acted on (a forged or mistaken event), the survey keeps its cadence",
+			surveyID, at.UTC().Format(time.RFC3339), n))
+	}
+	return nil
 }
 
 // known reports whether a response is in the sink's inventory, for a

@@ -15,6 +15,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/internal/backoff"
+	"github.com/surveysync/surveysync/internal/logonce"
 	"github.com/surveysync/surveysync/internal/permanent"
 )
 
@@ -37,6 +38,10 @@ type Receiver struct {
 	m    *metrics
 
 	retry backoff.Policy // the wait after failed attempts: of an event, of a survey's gate, of the event log
+	// rejectLog writes one line per cause of rejection and back-off step,
+	// with a count, not one per event (a flood of webhooks naming
+	// responses that do not exist rejects thousands of events a second).
+	rejectLog *logonce.Limiter
 
 	appendCh chan *appendReq
 	doneCh   chan []doneMark
@@ -87,13 +92,14 @@ func New(o Options, p Processor, log EventLog) (*Receiver, error) {
 	}
 	r := &Receiver{
 		s: s, proc: p, elog: log,
-		retry:    backoff.Policy{Initial: s.RetryInitial, Max: s.RetryMax},
-		appendCh: make(chan *appendReq, maxCommitBatch),
-		doneCh:   make(chan []doneMark, 16),
-		outcomes: make(chan outcomeReq, s.ProcessConcurrency),
-		queue:    newWorkQueue(),
-		started:  make(chan struct{}),
-		stopped:  make(chan struct{}),
+		retry:     backoff.Policy{Initial: s.RetryInitial, Max: s.RetryMax},
+		rejectLog: logonce.New(s.logger, time.Second, 5*time.Minute, s.Now),
+		appendCh:  make(chan *appendReq, maxCommitBatch),
+		doneCh:    make(chan []doneMark, 16),
+		outcomes:  make(chan outcomeReq, s.ProcessConcurrency),
+		queue:     newWorkQueue(),
+		started:   make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 	r.m = newMetrics(o.Registerer, s.Now, func() float64 { return float64(r.resident.Load()) })
 	r.m.spoolMaxEvts.Set(float64(s.SpoolMaxEvents))
@@ -490,7 +496,7 @@ func (r *Receiver) attempt(ctx context.Context, w work) (completion, attemptResu
 	case err == nil:
 		return done(OutcomeProcessed, nil, attempt)
 	case permanent.Is(err):
-		r.s.logger.Warn("webhook event rejected by the processor; not retried",
+		r.rejectLog.Log(slog.LevelWarn, "webhook event rejected by the processor; not retried", err,
 			"event", ev.Name, "event_id", ev.ID, "survey_id", ev.Parsed.SurveyID, "attempts", attempt, "error", err)
 		return done(OutcomeRejected, err, attempt)
 	case ctx.Err() != nil:
