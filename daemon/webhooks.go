@@ -134,28 +134,27 @@ func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
 }
 
 // responseReceived fetches and writes the response a webhook names. An id
-// known to be absent costs no call; the events of a survey whose webhooks
-// name absent responses (or that come faster than directMax fetches) are
-// checked against one listing first (webhookcheck.go), and only the listed
-// ones are fetched. An absent response ends the event as rejected and
-// puts its survey in the polling set: if it appears later, the poller
-// writes it.
+// known to be absent is never fetched without a check, and neither are
+// the events of a survey whose webhooks name absent responses: they are
+// checked against a listing of the survey made after they arrived
+// (webhookcheck.go), one for all the events waiting, and only the listed
+// ones are fetched. An absent response ends the event as rejected and puts
+// its survey in the polling set: if it appears later, its next webhook or
+// the poller writes it.
 func (w *webhookProcessor) responseReceived(ctx context.Context, ev webhookrx.Event) error {
 	e := ev.Parsed
 	c := w.check()
 	key := responseKey{survey: e.SurveyID, id: e.ResponseID}
-	if c.absent.has(key, w.now()) {
-		w.poller.AddSurvey(e.SurveyID)
-		return permanent.New("webhook", fmt.Errorf("response %s of survey %d: known to be absent (a webhook named it within %v and the service did not have it): not fetched again; the survey is polled", e.ResponseID, e.SurveyID, absentTTL))
-	}
-	direct, err := c.startDirect(ctx, e.SurveyID)
-	if err != nil {
-		return err
-	}
-	if direct {
-		err := w.fetch(ctx, e.SurveyID, e.ResponseID)
-		c.endDirect(e.SurveyID)
-		return err
+	if !c.absent.has(key, w.now()) {
+		direct, err := c.startDirect(ctx, e.SurveyID)
+		if err != nil {
+			return err
+		}
+		if direct {
+			err := w.fetch(ctx, e.SurveyID, e.ResponseID)
+			c.endDirect(e.SurveyID)
+			return err
+		}
 	}
 	ok, l, err := c.listed(ctx, e.SurveyID, e.ResponseID, needOf(ev))
 	if err != nil {
@@ -205,6 +204,7 @@ func (w *webhookProcessor) fetch(ctx context.Context, surveyID int64, id survey.
 		return final(err)
 	}
 	// Only a survey whose response could be read joins the polling set.
+	w.check().absent.forget(responseKey{survey: surveyID, id: id})
 	w.poller.AddSurvey(surveyID)
 	return nil
 }

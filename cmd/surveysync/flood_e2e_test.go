@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/survey"
+)
+
+// floodEnv is a daemon with webhooks on, at the API's default pace
+// (api.rate_limit 10/s, api.max_concurrency 8), against an emulator whose
+// clock stands still at clock, synced once.
+type floodEnv struct {
+	e     *emulator
+	w     *testWarehouse
+	d     *daemonProc
+	url   string
+	clock time.Time
+}
+
+func startFloodEnv(t *testing.T, seed int64) *floodEnv {
+	t.Helper()
+	w := clickhouseOrSkip(t)
+	port := freePort(t)
+	path := "/hooks/e2e-" + randHex(12)
+	clock := time.Now().UTC().Add(-time.Minute).Truncate(time.Second)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 50, seed), Now: func() time.Time { return clock },
+		WebhookURL: fmt.Sprintf("http://127.0.0.1:%d%s", port, path), WebhookSchedule: []time.Duration{0, 200 * time.Millisecond, time.Second}})
+	cfg := writeConfig(t, e, w, fmt.Sprintf("sync:\n  poll_interval: 1h\n  reconcile_interval: 0s\n  partial_lookback: 2h\n  batch:\n    max_delay: 100ms\nwebhooks:\n  enabled: true\n  listen: 127.0.0.1:%d\n  path: %s\n  spool_dir: %s\n", port, path, t.TempDir()))
+	// The API's defaults, not the harness's unlimited pace: a junk event
+	// that cost a call would show here.
+	t.Setenv("SURVEYSYNC_API__RATE_LIMIT", "10")
+	t.Setenv("SURVEYSYNC_API__MAX_CONCURRENCY", "8")
+	d := startDaemon(t, cfg)
+	waitConverged(t, e, w, 90*time.Second)
+	return &floodEnv{e: e, w: w, d: d, url: fmt.Sprintf("http://127.0.0.1:%d%s", port, path), clock: clock}
+}
+
+// post sends bodies from clients concurrent senders; every one must be
+// answered 200.
+func (f *floodEnv) post(t *testing.T, clients int, bodies [][]byte) {
+	t.Helper()
+	var next atomic.Int64
+	var failed atomic.Value
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(bodies) {
+					return
+				}
+				resp, err := hc.Post(f.url, "application/json", bytes.NewReader(bodies[i]))
+				if err != nil {
+					failed.Store(err.Error())
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Store(fmt.Sprintf("status %d", resp.StatusCode))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v := failed.Load(); v != nil {
+		t.Fatalf("posting webhooks: %v", v)
+	}
+}
+
+func (f *floodEnv) count(t *testing.T, q string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := f.w.conn.QueryRow(context.Background(), fmt.Sprintf(q, f.w.db)).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func (f *floodEnv) waitCount(t *testing.T, what, q string, want uint64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n := f.count(t, q)
+		if n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d after %v, want %d; output:\n%s", what, n, timeout, want, tail(f.d.output(), 40))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func warnLines(out string) int {
+	return strings.Count(out, "level=WARN") + strings.Count(out, `"level":"WARN"`)
+}
+
+func junkBody(surveyID int64, completedAt time.Time) []byte {
+	id := strings.ToUpper(fmt.Sprintf("%s-%s-4%s-8%s-%s", randHex(4), randHex(2), randHex(2)[1:], randHex(2)[1:], randHex(6)))
+	return fmt.Appendf(nil, `{"event_name":"response_received","survey_id":%d,"response_id":%q,"distribution_type":"link","completed":true,"disqualified":false,"quota_full":false,"completed_at":%q}`,
+		surveyID, id, completedAt.UTC().Format(time.RFC3339))
+}
+
+// 5,000 webhooks naming responses that do not exist (random ids of a known
+// survey, from 32 senders), then 5 real ones (the emulator's own webhooks):
+// the real ones are in responses_current within 2 s each, the flood costs a
+// bounded number of API calls (not one detail per junk event), the log
+// has fewer than 100 warnings, every junk event is logged rejected, and a
+// junk id whose response appears afterwards is synced by its webhook.
+func TestJunkWebhookFloodDoesNotStarveRealOnes(t *testing.T) {
+	f := startFloodEnv(t, 81)
+	sid := f.e.ids[0]
+	callsBefore := f.e.sim.Calls()
+	warnBefore := warnLines(f.d.output())
+
+	const junk = 5000
+	bodies := make([][]byte, junk)
+	for i := range bodies {
+		bodies[i] = junkBody(sid, time.Now())
+	}
+	start := time.Now()
+	f.post(t, 32, bodies)
+	intake := time.Since(start)
+
+	// Five real responses: the emulator sends their webhooks.
+	var ids []survey.GUID
+	added := make([]time.Time, 5)
+	for i := range added {
+		r, err := f.e.sim.AddResponse(sid, survey.Response{ResponseStatus: survey.StatusCompleted,
+			DateCreated: survey.Time{Time: f.clock.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(f.clock.Add(-30 * time.Second))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		added[i] = time.Now()
+		ids = append(ids, r.ResponseID)
+	}
+	lat := make([]time.Duration, len(ids))
+	for pending := len(ids); pending > 0; time.Sleep(10 * time.Millisecond) {
+		for i, id := range ids {
+			if lat[i] != 0 {
+				continue
+			}
+			q := fmt.Sprintf("SELECT count() FROM %%s.responses_current WHERE response_id = toUUID('%s')", id)
+			if f.count(t, q) == 1 {
+				lat[i] = time.Since(added[i])
+				pending--
+			}
+		}
+		if time.Since(added[0]) > 30*time.Second {
+			t.Fatalf("real webhooks not written 30 s after the flood (latencies %v); output:\n%s", lat, tail(f.d.output(), 40))
+		}
+	}
+	f.waitCount(t, "junk events logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE outcome = 'rejected'", junk, 60*time.Second)
+	drained := time.Since(start)
+	calls := f.e.sim.Calls()
+	details := calls[sim.OpGetResponse] - callsBefore[sim.OpGetResponse]
+	lists := calls[sim.OpListResponses] - callsBefore[sim.OpListResponses]
+	warns := warnLines(f.d.output()) - warnBefore
+	t.Logf("intake of %d junk webhooks from 32 senders: %v (%.0f/s); real webhook → row: %v; all junk processed %v after the first; API calls during the flood: %d details, %d lists; WARN lines: %d",
+		junk, intake.Round(time.Millisecond), junk/intake.Seconds(), lat, drained.Round(time.Millisecond), details, lists, warns)
+	for i, l := range lat {
+		if l > 2*time.Second {
+			t.Errorf("real webhook %d written %v after the flood, want < 2 s", i, l)
+		}
+	}
+	if warns >= 100 {
+		t.Errorf("%d WARN lines for the flood, want < 100:\n%s", warns, tail(f.d.output(), 60))
+	}
+	if details > 5+50 || lists > 100 {
+		t.Errorf("the flood cost %d detail and %d list calls: not bounded", details, lists)
+	}
+
+	// A response that did not exist when the flood named it, and appears
+	// afterwards: its own webhook brings it (checked against a listing,
+	// since its id is known to be absent).
+	late := strings.ToLower(string(bodies[17][strings.Index(string(bodies[17]), `"response_id":"`)+15:][:36]))
+	if _, err := f.e.sim.AddResponse(sid, survey.Response{ResponseID: survey.GUID(late), ResponseStatus: survey.StatusCompleted,
+		DateCreated: survey.Time{Time: f.clock.Add(-5 * time.Minute)}, DateCompleted: survey.TimeOf(f.clock.Add(-20 * time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCount(t, "the junk id that appeared later", fmt.Sprintf("SELECT count() FROM %%s.responses_current WHERE response_id = toUUID('%s')", late), 1, 10*time.Second)
+	waitConverged(t, f.e, f.w, 30*time.Second)
+	_ = f.d.cmd.Process.Signal(syscall.SIGTERM)
+	f.d.wait(t, 60*time.Second)
+}
+
+// A forged survey_ended for a live survey (responses started after the end
+// it claims) is rejected after one list call: the survey keeps its cadence
+// and ended_at stays empty. The emulator's own survey_ended (nothing started
+// since) is acted on.
+func TestForgedSurveyEndedLeavesLiveSurveyPolled(t *testing.T) {
+	f := startFloodEnv(t, 83)
+	sid := f.e.ids[0]
+	before := f.e.sim.Calls()
+	f.post(t, 1, [][]byte{fmt.Appendf(nil, `{"event_name":"survey_ended","survey_id":%d,"ended_at":%q}`, sid, f.clock.Add(-30*time.Minute).Format(time.RFC3339))})
+	f.waitCount(t, "the forged survey_ended logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE event_name = 'survey_ended' AND outcome = 'rejected' AND error LIKE '%%the survey is live%%'", 1, 10*time.Second)
+	lists := f.e.sim.Calls()[sim.OpListResponses] - before[sim.OpListResponses]
+	if lists != 1 {
+		t.Errorf("the forged survey_ended cost %d list calls, want 1", lists)
+	}
+	// A future end is refused without a call.
+	f.post(t, 1, [][]byte{fmt.Appendf(nil, `{"event_name":"survey_ended","survey_id":%d,"ended_at":%q}`, sid, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))})
+	f.waitCount(t, "the future survey_ended logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE event_name = 'survey_ended' AND outcome = 'rejected' AND error LIKE '%%in the future%%'", 1, 10*time.Second)
+	time.Sleep(time.Second) // a final sync would start at once
+	if strings.Contains(f.d.output(), "survey ended: final sync done") {
+		t.Fatalf("a forged survey_ended ended the survey:\n%s", tail(f.d.output(), 30))
+	}
+	q := fmt.Sprintf("SELECT count() FROM %%s.surveys FINAL WHERE survey_id = %d AND ended_at IS NOT NULL", sid)
+	if n := f.count(t, q); n != 0 {
+		t.Fatalf("surveys.ended_at set by a forged survey_ended")
+	}
+	// The service's own survey_ended is confirmed and acted on.
+	if err := f.e.sim.EndSurvey(sid); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCount(t, "the real survey_ended", q, 1, 10*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(f.d.output(), "survey ended: final sync done") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the real survey_ended did not end the survey:\n%s", tail(f.d.output(), 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = f.d.cmd.Process.Signal(syscall.SIGTERM)
+	f.d.wait(t, 60*time.Second)
+}
