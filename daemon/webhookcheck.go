@@ -194,6 +194,7 @@ type surveyCheck struct {
 	changed    chan struct{} // closed when direct drops or a miss is recorded (nil: nobody waits)
 	last       *listing      // the newest listing
 	next       *round        // the round events join (nil: none gathering)
+	inflight   chan struct{} // closed when the round making its calls ends
 	lastStart  time.Time     // when the newest round started
 	readableAt time.Time     // the last list call that answered
 }
@@ -365,14 +366,28 @@ func (c *webhookChecks) listed(ctx context.Context, surveyID int64, id survey.GU
 	}
 }
 
-// run waits out listMinInterval since the survey's last round (events join
-// meanwhile), then makes the round's list calls and publishes the listing.
+// run waits for the survey's round in flight, if any, and out
+// listMinInterval since it started (events join meanwhile), then makes the round's list calls and publishes the listing.
 func (c *webhookChecks) run(ctx context.Context, surveyID int64, s *surveyCheck, r *round) {
 	defer close(r.done)
 	c.mu.Lock()
-	wait := listMinInterval - c.now().Sub(s.lastStart)
+	prev := s.inflight
 	c.mu.Unlock()
-	if err := c.sleep(ctx, wait); err != nil {
+	err := ctx.Err()
+	if prev != nil { // one listing in flight per survey
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err == nil {
+		c.mu.Lock()
+		wait := listMinInterval - c.now().Sub(s.lastStart)
+		c.mu.Unlock()
+		err = c.sleep(ctx, wait)
+	}
+	if err != nil {
 		c.mu.Lock()
 		s.next = nil
 		c.mu.Unlock()
@@ -381,6 +396,7 @@ func (c *webhookChecks) run(ctx context.Context, surveyID int64, s *surveyCheck,
 	}
 	c.mu.Lock()
 	s.next = nil // later events gather the next round
+	s.inflight = r.done
 	start := c.now()
 	s.lastStart = start
 	l := &listing{at: start, from: r.from, statuses: slices.Clone(r.statuses), ids: map[survey.GUID]struct{}{}, complete: true}
