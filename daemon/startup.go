@@ -48,6 +48,23 @@ func SinkFix(cfg *config.Config) string {
 	return parquetFix
 }
 
+// SinkFixFor is the fix line for err, a failure to open the warehouse: what
+// err says is wrong when it knows (a cluster node that has not run a
+// migration, another daemon applying them), else SinkFix.
+func SinkFixFor(cfg *config.Config, err error) string {
+	var (
+		cde  *clickhouse.ClusterDDLError
+		busy *clickhouse.MigrationsBusyError
+	)
+	switch {
+	case errors.As(err, &cde):
+		return cde.Fix()
+	case errors.As(err, &busy):
+		return busy.Fix()
+	}
+	return SinkFix(cfg)
+}
+
 // startup is what the daemon's start still waits for, by name; /readyz
 // lists it.
 type startup struct {
@@ -87,11 +104,12 @@ func (s *startup) errs() []error {
 }
 
 // openWarehouseWaiting opens the warehouse; while ClickHouse is
-// unreachable (clickhouse.Unreachable) it waits with back-off, unless
+// unreachable, a cluster node has not run a migration's statement
+// (clickhouse.ClusterDDLError) or another daemon applies the migrations
+// (clickhouse.MigrationsBusyError) it waits with back-off, unless
 // failFast. Any other error, and every error with failFast, is returned
-// with doctor's fix.
+// with the fix.
 func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer, st *startup, failFast bool) (warehouse.Warehouse, error) {
-	policy := backoff.Policy{Initial: startRetryInitial, Max: startRetryMax}
 	t0 := time.Now()
 	for n := 1; ; n++ {
 		wh, err := openWarehouse(ctx, cfg, log, reg, true)
@@ -103,7 +121,7 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 			return wh, nil
 		}
 		if failFast || ctx.Err() != nil || !clickhouse.Unreachable(err) {
-			return nil, fmt.Errorf("open sink: %w; fix: %s", err, SinkFix(cfg))
+			return nil, fmt.Errorf("open sink: %w; fix: %s", err, SinkFixFor(cfg, err))
 		}
 		if n == 1 {
 			// Under systemd (Type=notify, TimeoutStartSec) the start is
@@ -111,14 +129,50 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 			// of an outage; a start timeout must not kill it.
 			sdNotify(log, sddaemon.SdNotifyReady+"\nSTATUS=waiting for the warehouse (start-up)")
 		}
-		wait := policy.Delay(n)
-		log.Warn("start-up: the warehouse is unreachable; waiting for it (nothing is read from the service meanwhile)",
-			"attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", err, "fix", SinkFix(cfg))
-		st.set("warehouse", fmt.Errorf("starting: the warehouse is unreachable (attempt %d, next in %s): %w", n, wait.Round(time.Second), err))
+		wait := waitStartup(log, st, cfg, n, err)
 		if serr := backoff.Sleep(ctx, wait); serr != nil {
 			return nil, fmt.Errorf("open sink: stopped while waiting for the warehouse (last: %w): %w", err, serr)
 		}
 	}
+}
+
+// The start-up's back-off while the migrations wait for a cluster node or
+// for another daemon: their checks cost one read (nothing new is queued on
+// the cluster meanwhile), so the ceiling is lower than an unreachable
+// server's and the daemon starts soon after the node is back.
+var (
+	clusterWaitPolicy = backoff.Policy{Initial: startRetryInitial, Max: 10 * time.Second}
+	busyWaitPolicy    = backoff.Policy{Initial: startRetryInitial, Max: 5 * time.Second}
+)
+
+// waitStartup logs the n-th failed attempt to open the warehouse (err),
+// says it on /readyz, and returns the wait before the next one.
+func waitStartup(log *slog.Logger, st *startup, cfg *config.Config, n int, err error) time.Duration {
+	var (
+		cde  *clickhouse.ClusterDDLError
+		busy *clickhouse.MigrationsBusyError
+	)
+	switch {
+	case errors.As(err, &cde):
+		wait := clusterWaitPolicy.Delay(n)
+		log.Warn("start-up: the cluster has not run a migration on every node; waiting for it (nothing is read from the service meanwhile)",
+			"cluster", cde.Cluster, "nodes", cde.Nodes, "migration", cde.Migration, "statement", cde.Statement, "query", cde.Query,
+			"attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", cde.Err, "fix", cde.Fix())
+		st.set("warehouse", fmt.Errorf("starting: %s (attempt %d, next in %s)", cde.Summary(), n, wait.Round(time.Second)))
+		return wait
+	case errors.As(err, &busy):
+		wait := busyWaitPolicy.Delay(n)
+		log.Info("start-up: another surveysync applies the migrations; waiting for it",
+			"host", busy.Host, "pid", busy.PID, "for", busy.Since, "attempt", n, "retry_in", wait.Round(100*time.Millisecond))
+		st.set("warehouse", fmt.Errorf("starting: %w (attempt %d, next in %s)", busy, n, wait.Round(time.Second)))
+		return wait
+	}
+	policy := backoff.Policy{Initial: startRetryInitial, Max: startRetryMax}
+	wait := policy.Delay(n)
+	log.Warn("start-up: the warehouse is unreachable; waiting for it (nothing is read from the service meanwhile)",
+		"attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", err, "fix", SinkFix(cfg))
+	st.set("warehouse", fmt.Errorf("starting: the warehouse is unreachable (attempt %d, next in %s): %w", n, wait.Round(time.Second), err))
+	return wait
 }
 
 // newProbe is a client for the start-up's pings: one attempt each (the

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -213,11 +214,17 @@ func render(m migration, d tmplData) ([]string, error) {
 // ZooKeeper path for the whole cluster, replica '{shard}-{replica}'), so a
 // migration recorded through any node counts on all of them; otherwise it
 // is per node, and re-applying a migration on another node is harmless.
+// migration_lock, the migrations lock (migratelock.go), is replicated the
+// same way, so that daemons talking to different nodes see each other's
+// claims.
 func bootstrap(d tmplData) []string {
 	engine := "ReplacingMergeTree(applied_at)"
+	lockEngine := "MergeTree"
 	if d.Replicated && d.Cluster != "" {
-		path := fmt.Sprintf("%s/all/%s/schema_migrations", strings.TrimRight(d.ZooKeeperPrefix, "/"), d.DB)
+		prefix := strings.TrimRight(d.ZooKeeperPrefix, "/")
+		path := fmt.Sprintf("%s/all/%s/schema_migrations", prefix, d.DB)
 		engine = fmt.Sprintf("ReplicatedReplacingMergeTree(%s, '{shard}-{replica}', applied_at)", quoteString(path))
+		lockEngine = fmt.Sprintf("ReplicatedMergeTree(%s, '{shard}-{replica}')", quoteString(fmt.Sprintf("%s/all/%s/migration_lock", prefix, d.DB)))
 	}
 	return []string{
 		fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s%s", d.DB, d.OnCluster),
@@ -229,13 +236,32 @@ func bootstrap(d tmplData) []string {
 )
 ENGINE = %s
 ORDER BY version`, d.DB, d.OnCluster, engine),
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s%s
+(
+    holder String,
+    host String,
+    pid UInt32,
+    heartbeat_at DateTime('UTC'),
+    released UInt8
+)
+ENGINE = %s
+ORDER BY (holder, heartbeat_at)`, migrationLockTable(d.DB), d.OnCluster, lockEngine),
 	}
 }
 
-// migrate applies the migrations not yet recorded. Every statement is
-// idempotent (IF NOT EXISTS), and a migration is recorded only after all
-// its statements succeeded, so two daemons starting at once both apply the
-// same statements harmlessly, and a crash mid-migration re-applies it.
+// bootstrapObjects are the objects bootstrap's statements create, in
+// order ("" for the database itself).
+var bootstrapObjects = []string{"", "schema_migrations", "migration_lock"}
+
+// migrate applies the migrations not yet recorded, one daemon at a time
+// (the migrations lock, migratelock.go: a daemon that finds it held gets a
+// *MigrationsBusyError and tries again later). Every statement is
+// idempotent (IF NOT EXISTS; an ADD COLUMN of a column that exists counts
+// as done), and a migration is recorded only after all its statements
+// succeeded, so a migration interrupted by a crash or a cluster that did
+// not finish a statement (*ClusterDDLError) is applied again, whole, at the
+// next attempt. On a cluster nothing new is queued while a statement of
+// the database is still unfinished on a node (pendingDDL).
 func (s *Sink) migrate(ctx context.Context) error {
 	fsys := fs.FS(migrationsFS)
 	if s.opts.migrations != nil {
@@ -245,14 +271,32 @@ func (s *Sink) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, stmt := range bootstrap(s.tmpl) {
-		if err := s.execDDL(ctx, stmt); err != nil {
-			return fmt.Errorf("clickhouse: bootstrap %s: %w", s.opts.Database, err)
-		}
+	if err := s.runBootstrap(ctx); err != nil {
+		return err
 	}
 	applied, err := s.appliedMigrations(ctx)
 	if err != nil {
 		return err
+	}
+	if !pending(ms, applied) {
+		return nil
+	}
+	lock, err := s.lockMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	defer lock.release(ctx)
+	// Another daemon may have applied them while this one waited.
+	if applied, err = s.appliedMigrations(ctx); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if !applied[m.Version] {
+			if err := s.pendingDDL(ctx, m.File); err != nil {
+				return err
+			}
+			break
+		}
 	}
 	for _, m := range ms {
 		if applied[m.Version] {
@@ -264,8 +308,8 @@ func (s *Sink) migrate(ctx context.Context) error {
 		}
 		start := time.Now()
 		for i, stmt := range stmts {
-			if err := s.execDDL(ctx, stmt); err != nil {
-				return fmt.Errorf("clickhouse: migration %s statement %d: %w", m.File, i+1, err)
+			if err := s.execDDLRaw(ctx, stmt); err != nil {
+				return s.migrationError(ctx, m.File, i+1, stmt, err)
 			}
 		}
 		if err := s.recordMigration(ctx, m); err != nil {
@@ -275,6 +319,76 @@ func (s *Sink) migrate(ctx context.Context) error {
 			"statements", len(stmts), "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// pending reports whether a migration of ms is not in applied.
+func pending(ms []migration, applied map[int]bool) bool {
+	for _, m := range ms {
+		if !applied[m.Version] {
+			return true
+		}
+	}
+	return false
+}
+
+// runBootstrap runs the bootstrap statements whose object the node does
+// not have yet: after the first start none is queued again (on a cluster
+// with a node down, each would wait clickhouse.ddl_timeout).
+func (s *Sink) runBootstrap(ctx context.Context) error {
+	have, err := s.bootstrapped(ctx)
+	if err != nil {
+		return err
+	}
+	if len(have) == len(bootstrapObjects) {
+		return nil
+	}
+	if err := s.pendingDDL(ctx, "bootstrap"); err != nil {
+		return err
+	}
+	for i, stmt := range bootstrap(s.tmpl) {
+		if have[bootstrapObjects[i]] {
+			continue
+		}
+		if err := s.execDDLRaw(ctx, stmt); err != nil {
+			return s.migrationError(ctx, "bootstrap", i+1, stmt, err)
+		}
+	}
+	return nil
+}
+
+// bootstrapped reads which of bootstrapObjects the node has ("" the
+// database).
+func (s *Sink) bootstrapped(ctx context.Context) (map[string]bool, error) {
+	names, err := s.strings(ctx, `SELECT name FROM system.tables WHERE database = ?
+UNION ALL SELECT '' FROM system.databases WHERE name = ?`, s.opts.Database, s.opts.Database)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: read system.tables on %s: %w", strings.Join(s.opts.Addr, ","), err)
+	}
+	have := map[string]bool{}
+	for _, n := range names {
+		if slices.Contains(bootstrapObjects, n) {
+			have[n] = true
+		}
+	}
+	return have, nil
+}
+
+// strings runs a query of one String column.
+func (s *Sink) strings(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 // recordMigration inserts m into schema_migrations. (A batch, not Exec of
@@ -318,6 +432,15 @@ func (s *Sink) appliedMigrations(ctx context.Context) (map[int]bool, error) {
 // ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS: an ALTER … ADD COLUMN
 // that fails because the column already exists counts as done too.
 func (s *Sink) execDDL(ctx context.Context, stmt string) error {
+	if err := s.execDDLRaw(ctx, stmt); err != nil {
+		return s.clusterDDLError(err)
+	}
+	return nil
+}
+
+// execDDLRaw is execDDL returning the server's error as it came (the
+// migrations explain it themselves: migrationError).
+func (s *Sink) execDDLRaw(ctx context.Context, stmt string) error {
 	err := s.conn.Exec(s.ddlCtx(ctx), stmt)
 	if err == nil {
 		return nil
@@ -330,7 +453,7 @@ func (s *Sink) execDDL(ctx context.Context, stmt string) error {
 		s.log.Debug("column already added", "error", err)
 		return nil
 	}
-	return s.clusterDDLError(err)
+	return err
 }
 
 // ddlCtx bounds how long an ON CLUSTER statement waits for every node.

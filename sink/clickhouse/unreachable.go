@@ -24,7 +24,9 @@ func (e *wrongPortError) Unwrap() error { return e.err }
 // Unreachable reports whether an error of Open (or Ping) means the server
 // could not be reached or is briefly unable to answer — a network error, a
 // refused or reset connection, a timeout, a transient server condition
-// (ZooKeeper away, a distributed DDL not finished on every node) — so that
+// (ZooKeeper away, a distributed DDL not finished on every node: a
+// *ClusterDDLError; the migrations lock held by another daemon: a
+// *MigrationsBusyError) — so that
 // trying again later may succeed: the daemon waits such a start out
 // (docs/operations.md, "Start-up"). A refusal (wrong password, no grant),
 // an invalid option or ClickHouse's HTTP port given as clickhouse.addr is
@@ -36,6 +38,13 @@ func Unreachable(err error) bool {
 	var wp *wrongPortError
 	if errors.As(err, &wp) {
 		return false
+	}
+	var (
+		cde  *ClusterDDLError
+		busy *MigrationsBusyError
+	)
+	if errors.As(err, &cde) || errors.As(err, &busy) {
+		return true
 	}
 	var ex *ch.Exception
 	if errors.As(err, &ex) {

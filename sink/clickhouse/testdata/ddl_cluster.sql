@@ -9,6 +9,17 @@ CREATE TABLE IF NOT EXISTS surveysync.schema_migrations ON CLUSTER warehouse
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/surveysync/schema_migrations', '{shard}-{replica}', applied_at)
 ORDER BY version
 ;
+CREATE TABLE IF NOT EXISTS surveysync.migration_lock ON CLUSTER warehouse
+(
+    holder String,
+    host String,
+    pid UInt32,
+    heartbeat_at DateTime('UTC'),
+    released UInt8
+)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/surveysync/migration_lock', '{shard}-{replica}')
+ORDER BY (holder, heartbeat_at)
+;
 -- 0001_core_tables.sql
 ;
 CREATE TABLE IF NOT EXISTS surveysync.responses_local ON CLUSTER warehouse

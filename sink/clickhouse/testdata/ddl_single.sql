@@ -9,6 +9,17 @@ CREATE TABLE IF NOT EXISTS surveysync.schema_migrations
 ENGINE = ReplacingMergeTree(applied_at)
 ORDER BY version
 ;
+CREATE TABLE IF NOT EXISTS surveysync.migration_lock
+(
+    holder String,
+    host String,
+    pid UInt32,
+    heartbeat_at DateTime('UTC'),
+    released UInt8
+)
+ENGINE = MergeTree
+ORDER BY (holder, heartbeat_at)
+;
 -- 0001_core_tables.sql
 ;
 CREATE TABLE IF NOT EXISTS surveysync.responses
