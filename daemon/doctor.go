@@ -69,7 +69,7 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 	}
 	if len(cfg.ClickHouse.Addr) > 0 {
 		check("clickhouse "+fmt.Sprint(cfg.ClickHouse.Addr)+" ("+where+")", err,
-			clickHouseFix)
+			SinkFixFor(cfg, err))
 	} else {
 		check("sink "+where, err, parquetFix)
 	}
@@ -87,6 +87,15 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 		// The running daemon's own writes, when one answers.
 		st, derr := RemoteWrites(ctx, addr)
 		daemonRuns = derr == nil
+		if why := NotReady(ctx, addr); derr != nil && why != "" {
+			// It answers but is still starting (its sink is not open).
+			daemonRuns = true
+			fix := "the daemon retries by itself; fix what it waits for (named here): docs/operations.md, \"Start-up\""
+			if err != nil {
+				fix = SinkFixFor(cfg, err)
+			}
+			check(fmt.Sprintf("the daemon on %s starting", addr), errors.New(why), fix)
+		}
 		if daemonRuns && st.Failing {
 			check(fmt.Sprintf("the daemon on %s writing its batches", addr), fmt.Errorf("%s (failing for %s, %d attempts)", RefusalText(cfg, st), RoundDuration(time.Since(st.Since)), st.Attempts),
 				"fix the table or grants named here (the lines above say more); the daemon retries by itself, slowly, and loses nothing: docs/operations.md, \"The warehouse refuses writes\"")

@@ -42,6 +42,31 @@ func Probe(ctx context.Context, cfg *config.Config) State {
 	return StateRunning
 }
 
+// NotReady asks the daemon's /readyz: "" when it answers ready (or does
+// not answer), else what it says it waits for, e.g. a migration waiting for
+// a cluster node (startup.go).
+func NotReady(ctx context.Context, addr string) string {
+	if addr == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+	return strings.TrimSpace(string(b))
+}
+
 // ask GETs path from the daemon's metrics listener at addr, within
 // askTimeout, and hands the body of a 200 answer to read.
 func ask(ctx context.Context, addr, path string, read func(io.Reader) error) error {

@@ -23,7 +23,12 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	log := daemon.NewLogger(cfg, stderr)
 	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
 	if err != nil {
-		fmt.Fprintf(stderr, "surveysync status: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
+		// A daemon that waits at start (a migration waiting for a cluster
+		// node, say) says what it waits for.
+		if why := daemon.NotReady(ctx, daemon.Addr(cfg)); why != "" {
+			fmt.Fprintf(stdout, "daemon: running, NOT READY (answers on metrics.listen %s): %s\n", daemon.Addr(cfg), why)
+		}
+		fmt.Fprintf(stderr, "surveysync status: %v\nfix: %s\n", err, daemon.SinkFixFor(cfg, err))
 		return exitFail
 	}
 	defer wh.Close()
