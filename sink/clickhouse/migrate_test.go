@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -207,4 +208,56 @@ ALTER TABLE {{.Local "t"}}{{.OnCluster}} ADD COLUMN b String
 func withMigrations(o Options, fsys fstest.MapFS) Options {
 	o.migrations = fsys
 	return o
+}
+
+// The migrations lock: a live claim of another daemon makes Open return a
+// *MigrationsBusyError (nothing applied) while a migration is pending; a
+// claim not renewed within migrationLockExpiry (a daemon killed while
+// migrating) or released does not.
+func TestMigrationsLock(t *testing.T) {
+	one := fstest.MapFS{"migrations/0001_t.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = {{.Engine "t" "MergeTree()"}} ORDER BY a`)}}
+	two := fstest.MapFS{
+		"migrations/0001_t.sql": one["migrations/0001_t.sql"],
+		"migrations/0002_u.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "u"}}{{.OnCluster}} (a UInt8) ENGINE = {{.Engine "u" "MergeTree()"}} ORDER BY a`)},
+	}
+	s, _ := openTest(t, func(o *Options) { o.migrations = one })
+	claim := func(holder string, age time.Duration, released int) {
+		t.Helper()
+		err := s.Conn().Exec(ctxT(t), "INSERT INTO "+migrationLockTable(s.Database())+" (holder, host, pid, heartbeat_at, released) SELECT ?, 'elsewhere', toUInt32(4242), now() - ?, toUInt8(?)",
+			holder, int64(age/time.Second), released)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("dead", migrationLockExpiry+5*time.Second, 0)
+	claim("gone", 0, 0)
+	claim("gone", 0, 1)
+	claim("live", 0, 0)
+	_, err := Open(ctxT(t), withMigrations(testOptions(s.Database()), two))
+	var busy *MigrationsBusyError
+	if !errors.As(err, &busy) || busy.Host != "elsewhere" || busy.PID != 4242 || !Unreachable(err) {
+		t.Fatalf("Open with a live claim of another daemon: %v", err)
+	}
+	t.Logf("%v; fix: %s", err, busy.Fix())
+	if n := countRows(t, s, "SELECT count() FROM system.tables WHERE database = '"+s.Database()+"' AND name LIKE 'u%'"); n != 0 {
+		t.Fatal("a migration was applied while another daemon held the lock")
+	}
+	// Without pending migrations the lock is not even asked for.
+	s1, err := Open(ctxT(t), withMigrations(testOptions(s.Database()), one))
+	if err != nil {
+		t.Fatalf("Open with nothing to apply: %v", err)
+	}
+	s1.Close()
+	claim("live", 0, 1)
+	s2, err := Open(ctxT(t), withMigrations(testOptions(s.Database()), two))
+	if err != nil {
+		t.Fatalf("Open once the claim is released: %v", err)
+	}
+	s2.Close()
+	if n := countRows(t, s, "SELECT count() FROM "+migrationLockTable(s.Database())+" WHERE released = 0 AND host != 'elsewhere' AND heartbeat_at > now() - 60"); n == 0 {
+		t.Error("Open left no claim of its own")
+	}
+	if n := countRows(t, s, "SELECT count() FROM "+migrationLockTable(s.Database())+" WHERE released = 1 AND host != 'elsewhere'"); n != 2 {
+		t.Errorf("%d claims released, want 2 (openTest's first Open, the last one)", n)
+	}
 }

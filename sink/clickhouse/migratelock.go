@@ -117,7 +117,8 @@ ORDER BY min(heartbeat_at), holder`, int64(migrationLockExpiry/time.Second))
 		return nil, fmt.Errorf("clickhouse: read the migrations lock %s: %w", table, err)
 	}
 	defer rows.Close()
-	for rows.Next() {
+	// The first row is the oldest live claim.
+	if rows.Next() {
 		var (
 			h, host string
 			pid     uint32
