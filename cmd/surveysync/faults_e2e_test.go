@@ -153,7 +153,7 @@ func TestTruncatedStateFileIsSetAsideAndRebuilt(t *testing.T) {
 	d := startDaemon(t, cfg, "--exit-when-synced")
 	d.wait(t, 2*time.Minute)
 	out := d.output()
-	if !strings.Contains(out, "local state file is damaged") || !strings.Contains(out, "moved_to=") {
+	if !strings.Contains(out, "a local file is damaged") || !strings.Contains(out, "moved_to=") {
 		t.Errorf("no log line about the damaged state file:\n%s", tail(out, 30))
 	}
 	if aside, _ := filepath.Glob(state + ".damaged-*"); len(aside) != 1 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
@@ -177,5 +178,50 @@ func TestDamagedLedgerAndIndexAreRefused(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A damaged rejects file is moved aside with a warning naming it and what
+// is lost; the other files' records are still read.
+func TestDamagedRejectsFileIsMovedAside(t *testing.T) {
+	for _, g := range garblings {
+		t.Run(g.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var logs bytes.Buffer
+			wh, err := OpenWarehouse(Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wh.Close()
+			ctx := context.Background()
+			at := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
+			for i, id := range []survey.GUID{"0000aaaa-0000-4000-8000-00000000aaaa", "0000bbbb-0000-4000-8000-00000000bbbb"} {
+				if err := wh.WriteRejects(ctx, []pipeline.Reject{{SurveyID: 3177, ResponseID: id, Stage: pipeline.StageFetch, Reason: "bad_date",
+					Source: "poll", RejectedAt: at.Add(time.Duration(i) * time.Hour), ListedStatus: survey.StatusCompleted}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			paths, _ := filepath.Glob(filepath.Join(dir, rejectsDirName, "*.jsonl"))
+			if len(paths) != 2 {
+				t.Fatalf("rejects files: %v", paths)
+			}
+			garble(t, paths[0], g.fn)
+			inv := wh.Inventory().(warehouse.RejectInventory)
+			got, err := inv.RejectedResponses(ctx, 3177)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("RejectedResponses with a damaged file: %v, %v; want the other file's response", got, err)
+			}
+			if aside, _ := filepath.Glob(paths[0] + ".damaged-*"); len(aside) != 1 {
+				t.Errorf("moved-aside files: %v", aside)
+			}
+			for _, want := range []string{"level=WARN", "file=" + paths[0], "lost="} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("the log lacks %q:\n%s", want, logs.String())
+				}
+			}
+			if got, err := inv.RejectedResponses(ctx, 3177); err != nil || len(got) != 1 {
+				t.Errorf("read again: %v, %v", got, err)
+			}
+		})
 	}
 }

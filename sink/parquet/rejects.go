@@ -76,6 +76,25 @@ func (s *Sink) WriteRejects(ctx context.Context, rejects []pipeline.Reject) erro
 	return s.writeAtomic(filepath.Join(s.dir, rejectsDirName), name, raw)
 }
 
+// rejectsLost is what moving a damaged rejects file aside costs.
+const rejectsLost = "the reject records in it (kept in the moved file): a response it names is no longer listed as rejected, and is read again at most once and rejected again (a new record)"
+
+// rejectEntries decodes a rejects file; an error when a line does not
+// decode.
+func rejectEntries(raw []byte) ([]rejectEntry, error) {
+	var out []rejectEntry
+	n := 0
+	for line := range bytes.Lines(raw) {
+		n++
+		var e rejectEntry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // RejectedResponses returns the responses of a survey rejected when a list
 // showed them and not written since, each with the status of that list
 // (the latest reject's): the poller holds them as rejected, so that after a
@@ -104,11 +123,16 @@ func (w *dirWarehouse) RejectedResponses(ctx context.Context, surveyID int64) (m
 			}
 			return nil, fmt.Errorf("parquet sink: read rejects: %w", err)
 		}
-		for line := range bytes.Lines(raw) {
-			var e rejectEntry
-			if err := json.Unmarshal(line, &e); err != nil {
-				return nil, fmt.Errorf("parquet sink: read rejects: %s: %w", f, err)
+		entries, derr := rejectEntries(raw)
+		if derr != nil {
+			// Written whole (temporary file, rename): damage from outside.
+			// The records are what is lost, not a response.
+			if err := w.setAside(f, len(raw), derr, rejectsLost); err != nil {
+				return nil, err
 			}
+			continue
+		}
+		for _, e := range entries {
 			if e.SurveyID != surveyID || e.ListedStatus == "" {
 				continue
 			}

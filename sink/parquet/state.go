@@ -198,7 +198,7 @@ func (s *Sink) readJSON(name string, v any) error {
 	}
 	if derr := json.Unmarshal(raw, v); derr != nil {
 		reflect.ValueOf(v).Elem().SetZero() // a type error leaves it half filled
-		return s.setAside(path, len(raw), derr)
+		return s.setAside(path, len(raw), derr, stateRebuilt[name])
 	}
 	return nil
 }
@@ -209,20 +209,23 @@ var stateRebuilt = map[string]string{
 	surveysFile: "the survey names and the surveys learned from webhooks are learned again from the next responses and webhooks; the configured surveys are synced as before",
 }
 
-// setAside renames a state file that does not decode to
+// setAside renames a damaged local file (a state file, a rejects file) to
 // <name>.damaged-<UTC time> beside it (kept for a look, never read again)
 // and logs what is lost and how it comes back (docs/operations.md,
-// "Damaged local state").
-func (s *Sink) setAside(path string, size int, derr error) error {
+// "Damaged local state"). A file another reader moved meanwhile is no
+// error.
+func (s *Sink) setAside(path string, size int, derr error, lost string) error {
 	aside := path + ".damaged-" + time.Now().UTC().Format("20060102T150405.000Z")
-	if err := os.Rename(path, aside); err != nil {
+	if err := os.Rename(path, aside); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("parquet sink: %s is damaged (%w) and cannot be moved aside: %w; move it away by hand (mv %s %s.damaged), then start again", path, derr, err, path, path)
 	}
 	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("parquet sink: move aside %s: %w", path, err)
 	}
-	s.log.Warn("parquet sink: a local state file is damaged (cut short, zero-filled or overwritten): moved aside and started empty",
-		"file", path, "moved_to", aside, "bytes", size, "err", derr, "lost", stateRebuilt[filepath.Base(path)])
+	s.log.Warn("parquet sink: a local file is damaged (cut short, zero-filled or overwritten): moved aside, surveysync goes on without it",
+		"file", path, "moved_to", aside, "bytes", size, "err", derr, "lost", lost)
 	return nil
 }
 
