@@ -75,7 +75,14 @@ func ReadCurrent(ctx context.Context, dir string, surveyID int64) (*Current, err
 	return cur, nil
 }
 
-func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, cur map[string]*CurrentResponse) (int64, error) {
+func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, cur map[string]*CurrentResponse) (n int64, err error) {
+	// A damaged file is an error naming it (ReadCurrent), whatever the
+	// Parquet reader does with it.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("cannot be read, damaged? (%v)", p)
+		}
+	}()
 	pf, err := file.OpenParquetFile(path, false)
 	if err != nil {
 		return 0, err
@@ -102,7 +109,6 @@ func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, c
 		return 0, err
 	}
 	defer rr.Release()
-	var n int64
 	for rr.Next() {
 		rec := rr.RecordBatch()
 		ids, ok1 := rec.Column(0).(*array.String)

@@ -226,8 +226,8 @@ type ErasuresDamagedError struct {
 func (e *ErasuresDamagedError) Error() string {
 	return fmt.Sprintf("parquet sink: the erasures log %s is damaged at line %d (byte %d: %v). Its lines are the tombstones that keep "+
 		"erased responses out, and one lost there would let an erased response be written again, so nothing is synced until it is fixed. "+
-		"Restore the file from a backup; or keep the lines before the damage (truncate -s %d %s) and run surveysync erase again "+
-		"for every response erased since (docs/operations.md, \"Damaged local state\")", e.Path, e.Line, e.Offset, e.Err, e.Offset, e.Path)
+		"Restore the file from a backup; or keep the lines before the damage (truncate -s %d %s && rm -f %s%s) and run surveysync erase again "+
+		"for every response erased since (docs/operations.md, \"Damaged local state\")", e.Path, e.Line, e.Offset, e.Err, e.Offset, e.Path, e.Path, sizeSuffix)
 }
 
 func (e *ErasuresDamagedError) Unwrap() error { return e.Err }
