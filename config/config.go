@@ -302,6 +302,10 @@ type Salutation struct {
 type CSVDirFeed struct {
 	Dir       string `koanf:"dir"`
 	Delimiter string `koanf:"delimiter"` // one character; empty detects "," or ";" from the header
+	// MaxRecordBytes caps a CSV record and a JSONL line (default 1MiB): a
+	// longer CSV record sends the file to failed/, a longer JSONL line is
+	// an invalid row.
+	MaxRecordBytes ByteSize `koanf:"max_record_bytes"`
 }
 
 // HTTPFeed accepts contacts POSTed to Listen+Path with
@@ -483,6 +487,9 @@ func (f *Feed) setDefaults() {
 	case FeedCSVDir:
 		if f.Interval == 0 {
 			f.Interval = feed.DefaultCSVDirInterval
+		}
+		if f.CSVDir.MaxRecordBytes == 0 {
+			f.CSVDir.MaxRecordBytes = feed.DefaultMaxRecordBytes
 		}
 	case FeedClickHouseQuery:
 		if f.Interval == 0 {

@@ -925,3 +925,23 @@ func TestSurveysExclude(t *testing.T) {
 		}
 	}
 }
+
+// feeds[].csv_dir.max_record_bytes: 1MiB by default, set by the
+// environment, refused outside 1KiB–1GiB with the key named.
+func TestFeedMaxRecordBytes(t *testing.T) {
+	c, err := Load(exampleFile(t), exampleEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Feeds[0].CSVDir.MaxRecordBytes; got != 1<<20 {
+		t.Fatalf("default %d", got)
+	}
+	c, err = Load(exampleFile(t), append([]string{"SURVEYSYNC_FEEDS__0__CSV_DIR__MAX_RECORD_BYTES=4MiB"}, exampleEnv...), nil)
+	if err != nil || c.Feeds[0].CSVDir.MaxRecordBytes != 4<<20 {
+		t.Fatalf("4MiB: %v %v", c, err)
+	}
+	_, err = Load(exampleFile(t), append([]string{"SURVEYSYNC_FEEDS__0__CSV_DIR__MAX_RECORD_BYTES=100"}, exampleEnv...), nil)
+	if err == nil || !strings.Contains(err.Error(), "feeds[0].csv_dir.max_record_bytes") {
+		t.Fatalf("100 bytes: %v", err)
+	}
+}

@@ -431,6 +431,9 @@ func (c *Config) validateFeeds(p *problems) {
 			if d := f.CSVDir.Delimiter; d != "" && (len([]rune(d)) != 1 || d == "\"" || d == "\n" || d == "\r") {
 				p.add(at("csv_dir.delimiter"), "must be one character other than a quote or a line break, or empty to detect it (got %q)", d)
 			}
+			if r := f.CSVDir.MaxRecordBytes; r < 1<<10 || r > 1<<30 {
+				p.add(at("csv_dir.max_record_bytes"), "must be between 1KiB and 1GiB (got %s)", r)
+			}
 		case FeedHTTP:
 			listenAddr(p, at("http.listen"), f.HTTP.Listen)
 			if !strings.HasPrefix(f.HTTP.Path, "/") {

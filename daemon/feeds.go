@@ -31,7 +31,7 @@ func feedOptions(cfg *config.Config, conn feed.QueryConn) ([]feed.Options, error
 			DedupeKey:   f.DedupeKey,
 			Interval:    f.Interval,
 			Concurrency: f.Concurrency,
-			CSVDir:      feed.CSVDirOptions{Dir: f.CSVDir.Dir, Delimiter: f.CSVDir.Delimiter},
+			CSVDir:      feed.CSVDirOptions{Dir: f.CSVDir.Dir, Delimiter: f.CSVDir.Delimiter, MaxRecordBytes: int64(f.CSVDir.MaxRecordBytes)},
 			HTTP:        feed.HTTPOptions{Path: f.HTTP.Path, Token: f.HTTP.Token.Value(), Listen: f.HTTP.Listen, MaxBodyBytes: int64(f.HTTP.MaxBodyBytes)},
 			Send: feed.SendOptions{
 				MessageID: f.Send.MessageID,

@@ -373,6 +373,14 @@ func (b *batchRun) read(ctx, work context.Context, next rowIter) error {
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		var ur *errUnreadable
+		if errors.As(err, &ur) && len(chunk) > 0 {
+			// The file cannot be read past here (a record over the cap)
+			// and goes to failed/: the rows before it are pushed, as
+			// those of the chunks already dispatched.
+			dispatch()
+			return err
+		}
 		if err != nil {
 			release(chunk)
 			return err

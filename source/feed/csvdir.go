@@ -197,9 +197,9 @@ func (d csvDir) openRows(path string) (rowIter, io.Closer, error) {
 	}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl", ".ndjson":
-		return jsonlRows(fh), fh, nil
+		return jsonlRows(fh, d.f.opts.CSVDir.MaxRecordBytes), fh, nil
 	default:
-		rows, err := csvRows(fh, d.f.opts.CSVDir.Delimiter, d.f.mapper)
+		rows, err := csvRows(fh, d.f.opts.CSVDir.Delimiter, d.f.opts.CSVDir.MaxRecordBytes, d.f.mapper)
 		if err != nil {
 			fh.Close()
 			return nil, nil, err

@@ -105,6 +105,12 @@ type Salutation struct {
 type CSVDirOptions struct {
 	Dir       string // files are dropped here; processing/, done/, failed/ are created inside
 	Delimiter string // one character (",", ";", "\t", …); empty detects "," or ";" from the header line
+	// MaxRecordBytes caps a CSV record (a line, or the lines of a quoted
+	// field) and a JSONL line (default DefaultMaxRecordBytes, 1 MiB). A
+	// longer CSV record fails the file (to failed/: a quote left open would
+	// otherwise swallow the rest of it); a longer JSONL line is an invalid
+	// row. Config key feeds[].csv_dir.max_record_bytes.
+	MaxRecordBytes int64
 }
 
 // HTTPOptions configure an http feed.
@@ -194,6 +200,7 @@ const (
 	DefaultCSVDirInterval = 5 * time.Second
 	DefaultQueryInterval  = time.Hour
 	DefaultMaxBodyBytes   = 16 << 20
+	DefaultMaxRecordBytes = 1 << 20
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -218,6 +225,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.HTTP.MaxBodyBytes <= 0 {
 		o.HTTP.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.CSVDir.MaxRecordBytes <= 0 {
+		o.CSVDir.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	if o.Send.Schedule.Policy == "" {
 		o.Send.Schedule.Policy = PolicyImmediate

@@ -24,13 +24,51 @@ func unreadable(format string, a ...any) error {
 	return &errUnreadable{fmt.Sprintf(format, a...)}
 }
 
+// readAhead is the size of the buffer the readers read a file through.
+const readAhead = 64 << 10
+
+// errRecordTooLong is returned by recordLimit past its limit.
+var errRecordTooLong = errors.New("record too long")
+
+// recordLimit reads r up to limit bytes in all, then fails with
+// errRecordTooLong: csvRows moves the limit past each record it reads, so
+// one record (a quote left open swallows the rest of the file into one)
+// cannot make encoding/csv buffer more than the cap plus the read-ahead.
+type recordLimit struct {
+	r     io.Reader
+	read  int64 // bytes returned so far
+	limit int64
+}
+
+func (l *recordLimit) Read(p []byte) (int, error) {
+	room := l.limit - l.read
+	if room <= 0 {
+		return 0, errRecordTooLong
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	return n, err
+}
+
+// maxRecordKey is the configuration key of the cap, for messages.
+const maxRecordKey = "feeds[].csv_dir.max_record_bytes"
+
 // csvRows reads a CSV stream with a header line. delimiter "" detects ','
-// or ';' from the header; otherwise it is the one-character delimiter. It reads one record at a time: memory does not
-// grow with the file.
-func csvRows(r io.Reader, delimiter string, m *mapper) (rowIter, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+// or ';' from the header; otherwise it is the one-character delimiter. It
+// reads one record at a time: memory does not grow with the file. A record
+// (the header included) longer than maxRecord bytes fails the file
+// (errUnreadable) without being read further: past a quote left open
+// there is no telling where the next record starts.
+func csvRows(r io.Reader, delimiter string, maxRecord int64, m *mapper) (rowIter, error) {
+	lim := &recordLimit{r: r, limit: maxRecord + readAhead}
+	br := bufio.NewReaderSize(lim, readAhead) // encoding/csv reads through br itself: no second buffer
+	var skipped int64                         // the BOM
 	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
 		_, _ = br.Discard(3) // Peek returned these 3 bytes: Discard cannot fail
+		skipped = 3
 	}
 	comma := detectDelimiter(br)
 	if d := []rune(delimiter); len(d) == 1 {
@@ -40,9 +78,37 @@ func csvRows(r io.Reader, delimiter string, m *mapper) (rowIter, error) {
 	cr.Comma = comma
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
-	header, err := cr.Read()
+	var start, line int64 // the current record's first byte; the line of the last record read
+	tooLong := func() error {
+		where := "the header"
+		if line > 0 {
+			where = fmt.Sprintf("the record after line %d", line)
+		}
+		return unreadable("%s (from byte %d) is longer than %d bytes (%s): a quote left open, or a field that large; "+
+			"rows before it were processed, nothing after it. Fix the file and drop it again (pushed rows are skipped), or raise %s",
+			where, start, maxRecord, maxRecordKey, maxRecordKey)
+	}
+	// next reads a record and moves the limit past it; a record over the
+	// cap, whether the limit stopped it or it ended just past the cap, is
+	// errRecordTooLong.
+	next := func() ([]string, error) {
+		rec, err := cr.Read()
+		if errors.Is(err, errRecordTooLong) {
+			return nil, err
+		}
+		end := skipped + cr.InputOffset()
+		if end-start > maxRecord && !errors.Is(err, io.EOF) {
+			return nil, errRecordTooLong
+		}
+		start, lim.limit = end, end+maxRecord+readAhead
+		return rec, err
+	}
+	header, err := next()
 	if errors.Is(err, io.EOF) {
 		return nil, unreadable("empty file: no header line")
+	}
+	if errors.Is(err, errRecordTooLong) {
+		return nil, tooLong()
 	}
 	if err != nil {
 		return nil, unreadable("header: %v", err)
@@ -73,27 +139,32 @@ func csvRows(r io.Reader, delimiter string, m *mapper) (rowIter, error) {
 	return func() (sourceRow, error) {
 		for {
 			var err error
-			rec, err = cr.Read()
+			rec, err = next()
 			if err == nil {
-				line, _ := cr.FieldPos(0)
+				l, _ := cr.FieldPos(0)
+				line = int64(l)
 				if len(rec) == 1 && rec[0] == "" {
 					continue // a blank line
 				}
 				if len(rec) != width {
-					return sourceRow{line: int64(line), problem: &rowProblem{Reason: fmt.Sprintf("%d fields, the header has %d", len(rec), width)}}, nil
+					return sourceRow{line: line, problem: &rowProblem{Reason: fmt.Sprintf("%d fields, the header has %d", len(rec), width)}}, nil
 				}
-				return sourceRow{line: int64(line), get: get}, nil
+				return sourceRow{line: line, get: get}, nil
 			}
 			if errors.Is(err, io.EOF) {
 				return sourceRow{}, io.EOF
 			}
+			if errors.Is(err, errRecordTooLong) {
+				return sourceRow{}, tooLong()
+			}
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
+				line = int64(pe.StartLine)
 				reason := pe.Err.Error()
 				if pe.Line > pe.StartLine {
 					reason += fmt.Sprintf(" (the quoted field runs to line %d)", pe.Line)
 				}
-				return sourceRow{line: int64(pe.StartLine), problem: &rowProblem{Reason: "malformed CSV: " + reason}}, nil
+				return sourceRow{line: line, problem: &rowProblem{Reason: "malformed CSV: " + reason}}, nil
 			}
 			return sourceRow{}, fmt.Errorf("read: %w", err)
 		}
@@ -129,22 +200,21 @@ func detectDelimiter(br *bufio.Reader) rune {
 
 // jsonlRows reads one JSON object per line, keyed by source column names.
 // Values may be strings, numbers, booleans or null.
-func jsonlRows(r io.Reader) rowIter {
-	br := bufio.NewReaderSize(r, 64<<10)
+func jsonlRows(r io.Reader, maxLine int64) rowIter {
+	br := bufio.NewReaderSize(r, readAhead)
 	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
 		_, _ = br.Discard(3) // Peek returned these 3 bytes: Discard cannot fail
 	}
 	var line int64
-	const maxLine = 1 << 20
 	return func() (sourceRow, error) {
 		for {
-			b, err := readLine(br, maxLine)
+			b, err := readLine(br, int(maxLine))
 			if len(b) == 0 && errors.Is(err, io.EOF) {
 				return sourceRow{}, io.EOF
 			}
 			line++
 			if errors.Is(err, errLineTooLong) {
-				return sourceRow{line: line, problem: &rowProblem{Reason: fmt.Sprintf("line longer than %d bytes", maxLine)}}, nil
+				return sourceRow{line: line, problem: &rowProblem{Reason: fmt.Sprintf("line longer than %d bytes (%s)", maxLine, maxRecordKey)}}, nil
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				return sourceRow{}, fmt.Errorf("read: %w", err)

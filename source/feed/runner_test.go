@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -1079,5 +1080,66 @@ func TestFeedFilesArePrivate(t *testing.T) {
 		if got := mode(p); got != 0o600 {
 			t.Errorf("%s is %v, want 0600", p, got)
 		}
+	}
+}
+
+// writeSparseCSV writes a CSV file of size bytes: header and rows, then a
+// quote left open and, up to size, a hole (NUL bytes taking no disk).
+func writeSparseCSV(t testing.TB, path, head string, size int64) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(head); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHugeCSVRecordFailsTheFile: a 2 GiB file whose third record opens a
+// quote never closed goes to failed/ with a report naming
+// feeds[].csv_dir.max_record_bytes; the rows before it are pushed, the
+// record is not buffered (the runner reads about the cap), and the next
+// file is processed.
+func TestHugeCSVRecordFailsTheFile(t *testing.T) {
+	svc := feedtest.Start()
+	defer svc.Close()
+	dir := t.TempDir()
+	e := newEnv(t, svc.URL(), t.TempDir(), 5*time.Second, csvFeed(dir))
+	head := "ID;E-mail;Jméno;Příjmení;Firma;Import\nC000001;a1@firma.cz;Jana;Nová;F;1\nC000002;a2@firma.cz;Petr;Starý;F;2\nC000003;\"a3@firma.cz"
+	writeSparseCSV(t, filepath.Join(dir, "a.csv"), head, 2<<30)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Fatalf("allocated %d MiB refusing the record", alloc>>20)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "processing", "*a.csv")); len(left) != 0 {
+		t.Fatalf("left in processing/: %v", left)
+	}
+	r := report(t, dir, "failed")
+	if len(r) != 1 || !strings.Contains(r[0].Error, "feeds[].csv_dir.max_record_bytes") || !strings.Contains(r[0].Error, "after line 3") ||
+		r[0].Summary.Pushed != 2 {
+		t.Fatalf("failed/ report %+v", *r[0])
+	}
+	if got := pushedIDs(t, svc); len(got) != 2 || got["C000001"] != 1 || got["C000002"] != 1 {
+		t.Fatalf("pushed %v", got)
+	}
+	genCSV(t, filepath.Join(dir, "b.csv"), 5, false)
+	if err := e.runner.RunOnce(context.Background(), "crm"); err != nil {
+		t.Fatal(err)
+	}
+	if r := report(t, dir, "done"); len(r) != 1 || r[0].Summary.Pushed != 3 || r[0].Summary.Skipped != 2 {
+		t.Fatalf("the next file: %+v", r)
 	}
 }

@@ -1,6 +1,9 @@
 package feed
 
 import (
+	"errors"
+	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -193,7 +196,7 @@ func TestCSVDelimiters(t *testing.T) {
 		{"\t", "mail\tfirma\na@b.cz\tX s.r.o.\n"},
 		{";", "mail;firma\r\na@b.cz;X s.r.o.\r\n"},
 	} {
-		rows, err := csvRows(strings.NewReader(c.text), c.delim, m)
+		rows, err := csvRows(strings.NewReader(c.text), c.delim, DefaultMaxRecordBytes, m)
 		if err != nil {
 			t.Fatalf("%q: %v", c.text, err)
 		}
@@ -208,4 +211,96 @@ func TestCSVDelimiters(t *testing.T) {
 			t.Errorf("%q: firma %q line %d", c.text, v, r.line)
 		}
 	}
+}
+
+// endless is a reader of n bytes produced on the fly: a first chunk, then
+// fill bytes; it counts what was read.
+type endless struct {
+	head []byte
+	fill byte
+	n    int64
+	read int64
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.read >= e.n {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.n-e.read {
+		p = p[:e.n-e.read]
+	}
+	for i := range p {
+		if off := e.read + int64(i); off < int64(len(e.head)) {
+			p[i] = e.head[off]
+		} else {
+			p[i] = e.fill
+		}
+	}
+	e.read += int64(len(p))
+	return len(p), nil
+}
+
+// TestCSVRecordCap: a CSV record up to the cap is read; one byte more
+// fails the file naming the key; a quote left open before 2 GiB of data
+// fails after reading about the cap (plus the read-ahead), not the 2 GiB,
+// with memory bounded; an overlong header fails at once.
+func TestCSVRecordCap(t *testing.T) {
+	o := Options{Name: "t", Type: TypeCSVDir, DistributionID: 1, Mapping: map[string]string{"email": "mail", "company": "firma"},
+		CSVDir: CSVDirOptions{Dir: "d"}}
+	o.setDefaults()
+	m := newMapper(&o)
+	const limit = 4096
+	header := "mail,firma\n"
+	row := func(size int) string { // a record of size bytes, its newline included
+		return "a@b.cz," + strings.Repeat("x", size-len("a@b.cz,")-1) + "\n"
+	}
+	readAll := func(r io.Reader, max int64) (rows int, err error) {
+		next, err := csvRows(r, ",", max, m)
+		if err != nil {
+			return 0, err
+		}
+		for {
+			r, err := next()
+			if errors.Is(err, io.EOF) {
+				return rows, nil
+			}
+			if err != nil {
+				return rows, err
+			}
+			if r.problem != nil {
+				return rows, errors.New(r.problem.Reason)
+			}
+			rows++
+		}
+	}
+	if n, err := readAll(strings.NewReader(header+row(limit)+row(10)+row(limit)), limit); err != nil || n != 3 {
+		t.Fatalf("records at the cap: %d rows, %v", n, err)
+	}
+	n, err := readAll(strings.NewReader(header+row(10)+row(limit+1)+row(10)), limit)
+	var ur *errUnreadable
+	if !errors.As(err, &ur) || n != 1 || !strings.Contains(err.Error(), "after line 2") || !strings.Contains(err.Error(), maxRecordKey) {
+		t.Fatalf("a record one byte over the cap: %d rows, %v", n, err)
+	}
+	t.Log(err)
+	if _, err := readAll(strings.NewReader(strings.Repeat("m", limit+1)+",firma\n"+row(10)), limit); !errors.As(err, &ur) || !strings.Contains(err.Error(), "the header") {
+		t.Fatalf("an overlong header: %v", err)
+	}
+
+	// 2 GiB after an open quote, at the default cap.
+	src := &endless{head: []byte(header + row(100) + "a@b.cz,\"never closed"), fill: 'y', n: 2 << 30}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	n, err = readAll(src, DefaultMaxRecordBytes)
+	runtime.ReadMemStats(&after)
+	if !errors.As(err, &ur) || n != 1 || !strings.Contains(err.Error(), "after line 2") {
+		t.Fatalf("2 GiB in an open quote: %d rows, %v", n, err)
+	}
+	if src.read > DefaultMaxRecordBytes+2*readAhead {
+		t.Fatalf("read %d bytes of the 2 GiB record, want at most the cap + read-ahead", src.read)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Fatalf("allocated %d MiB refusing the record", alloc>>20)
+	}
+	t.Logf("read %d bytes, allocated %d KiB", src.read, (after.TotalAlloc-before.TotalAlloc)>>10)
 }
