@@ -95,18 +95,39 @@ type Batch struct {
 // Webhooks is the receiver of the service's webhooks (docs/api.md,
 // section 11). The service signs nothing: the secret is a segment of Path.
 type Webhooks struct {
-	Enabled                bool          `koanf:"enabled"`
-	Listen                 string        `koanf:"listen"`                   // host:port
-	Path                   SecretPath    `koanf:"path"`                     // e.g. /hooks/<random secret, >= 16 chars>
-	SpoolDir               string        `koanf:"spool_dir"`                // events are durable here before the 2xx
-	SpoolMaxEvents         int           `koanf:"spool_max_events"`         // beyond either limit the receiver answers 503
-	SpoolMaxBytes          ByteSize      `koanf:"spool_max_bytes"`          //
-	BasicAuth              BasicAuth     `koanf:"basic_auth"`               // optional
-	AllowCIDRs             []string      `koanf:"allow_cidrs"`              // optional allow-list of senders
-	StandardWebhooksSecret Secret        `koanf:"standard_webhooks_secret"` // optional; "whsec_<base64>" or a raw key
-	RequireSignature       bool          `koanf:"require_signature"`        // reject requests without Standard Webhooks headers
-	SignatureTolerance     time.Duration `koanf:"signature_tolerance"`      // max age/skew of webhook-timestamp
-	MaxBodyBytes           ByteSize      `koanf:"max_body_bytes"`
+	Enabled                bool       `koanf:"enabled"`
+	Listen                 string     `koanf:"listen"`                   // host:port
+	Path                   SecretPath `koanf:"path"`                     // e.g. /hooks/<random secret, >= 16 chars>
+	SpoolDir               string     `koanf:"spool_dir"`                // events are durable here before the 2xx
+	SpoolMaxEvents         int        `koanf:"spool_max_events"`         // beyond either limit the receiver answers 503
+	SpoolMaxBytes          ByteSize   `koanf:"spool_max_bytes"`          //
+	BasicAuth              BasicAuth  `koanf:"basic_auth"`               // optional
+	AllowCIDRs             []string   `koanf:"allow_cidrs"`              // optional allow-list of senders
+	StandardWebhooksSecret Secret     `koanf:"standard_webhooks_secret"` // optional; "whsec_<base64>" or a raw key, at least 16 bytes
+	// RequireSignature rejects requests without Standard Webhooks headers.
+	// Unset (nil): required exactly when StandardWebhooksSecret is set; an
+	// explicit false with a secret keeps accepting unsigned requests (the
+	// daemon warns at start). Read it through SignatureRequired.
+	RequireSignature   *bool         `koanf:"require_signature"`
+	SignatureTolerance time.Duration `koanf:"signature_tolerance"` // max age/skew of webhook-timestamp
+	MaxBodyBytes       ByteSize      `koanf:"max_body_bytes"`
+}
+
+// SignatureRequired reports whether the receiver refuses requests without
+// Standard Webhooks headers: webhooks.require_signature when it is set,
+// else whether webhooks.standard_webhooks_secret is.
+func (w Webhooks) SignatureRequired() bool {
+	if w.RequireSignature != nil {
+		return *w.RequireSignature
+	}
+	return w.StandardWebhooksSecret.IsSet()
+}
+
+// UnsignedAllowed reports the weakened setting the daemon warns about: a
+// secret is configured but webhooks.require_signature: false lets requests
+// without signature headers through.
+func (w Webhooks) UnsignedAllowed() bool {
+	return w.StandardWebhooksSecret.IsSet() && !w.SignatureRequired()
 }
 
 // BasicAuth is optional HTTP basic authentication; both or neither.

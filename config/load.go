@@ -557,6 +557,8 @@ func fromString(t reflect.Type, s string) (any, error) {
 		return s, err
 	}
 	switch t.Kind() {
+	case reflect.Pointer: // an optional value: unset is nil
+		return fromString(t.Elem(), s)
 	case reflect.String:
 		return s, nil
 	case reflect.Bool:
@@ -652,6 +654,8 @@ func checkValue(v any, t reflect.Type, path string, where func(path string) stri
 	}
 
 	switch t.Kind() {
+	case reflect.Pointer: // an optional value: unset is nil
+		return checkValue(v, t.Elem(), path, where)
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
 		if !ok {

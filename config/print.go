@@ -62,6 +62,11 @@ func toNode(v reflect.Value, mask bool) *yaml.Node {
 		}
 	}
 	switch v.Kind() {
+	case reflect.Pointer: // an optional value: unset prints null
+		if v.IsNil() {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+		}
+		return toNode(v.Elem(), mask)
 	case reflect.Struct:
 		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 		t := v.Type()

@@ -14,6 +14,7 @@ import (
 	"time"
 	_ "time/tzdata" // send windows name IANA zones; do not depend on the host's tzdata
 
+	"github.com/surveysync/surveysync/webhookrx"
 	"github.com/surveysync/surveysync/wide"
 )
 
@@ -221,12 +222,18 @@ func (c *Config) validateWebhooks(p *problems) {
 			p.add(fmt.Sprintf("webhooks.allow_cidrs[%d]", i), "must be a CIDR such as 203.0.113.0/24 or an IP address (got %q)", cidr)
 		}
 	}
-	if b64, ok := strings.CutPrefix(w.StandardWebhooksSecret.Value(), "whsec_"); ok {
-		if b, err := base64.StdEncoding.DecodeString(b64); err != nil || len(b) == 0 {
-			p.add("webhooks.standard_webhooks_secret", `starts with "whsec_" but the rest is not base64 (value hidden)`)
+	if sec := w.StandardWebhooksSecret.Value(); sec != "" {
+		if b64, ok := strings.CutPrefix(sec, "whsec_"); ok {
+			if b, err := base64.StdEncoding.DecodeString(b64); err != nil || len(b) == 0 {
+				p.add("webhooks.standard_webhooks_secret", `starts with "whsec_" but the rest is not base64 (value hidden)`)
+			} else if len(b) < webhookrx.MinSecretBytes {
+				p.add("webhooks.standard_webhooks_secret", "must be a key of at least %[2]d bytes (this one decodes to %[1]d; value hidden): use the sender's whsec_ secret, or a random key such as the output of `openssl rand -hex 24`", len(b), webhookrx.MinSecretBytes)
+			}
+		} else if len(sec) < webhookrx.MinSecretBytes {
+			p.add("webhooks.standard_webhooks_secret", "must be a key of at least %[2]d bytes (this raw key has %[1]d; value hidden): use the sender's whsec_ secret, or a random key such as the output of `openssl rand -hex 24`", len(sec), webhookrx.MinSecretBytes)
 		}
 	}
-	if w.RequireSignature && !w.StandardWebhooksSecret.IsSet() {
+	if w.SignatureRequired() && !w.StandardWebhooksSecret.IsSet() {
 		p.add("webhooks.require_signature", "needs webhooks.standard_webhooks_secret")
 	}
 	positive(p, "webhooks.signature_tolerance", w.SignatureTolerance)

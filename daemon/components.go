@@ -109,6 +109,10 @@ func ClickHouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Regi
 // warehouse's webhook log when the warehouse has one.
 func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Processor, log *slog.Logger, reg prometheus.Registerer) (*webhookrx.Receiver, error) {
 	w := cfg.Webhooks
+	if w.UnsignedAllowed() {
+		log.Warn("webhooks.standard_webhooks_secret is set but webhooks.require_signature is false: requests without signature headers are accepted, so the secret stops only senders that sign wrongly; remove require_signature: false to require a signature",
+			"component", "webhooks")
+	}
 	return webhookrx.New(webhookrx.Options{
 		Listen:                 w.Listen,
 		Path:                   w.Path.Value(),
@@ -116,7 +120,7 @@ func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Process
 		BasicAuthPassword:      w.BasicAuth.Password.Value(),
 		AllowCIDRs:             w.AllowCIDRs,
 		StandardWebhooksSecret: w.StandardWebhooksSecret.Value(),
-		RequireSignature:       w.RequireSignature,
+		AllowUnsigned:          w.UnsignedAllowed(),
 		SignatureTolerance:     w.SignatureTolerance,
 		MaxBodyBytes:           int64(w.MaxBodyBytes),
 		SpoolDir:               w.SpoolDir,

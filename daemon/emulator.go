@@ -32,6 +32,9 @@ func startEmulator(ctx context.Context, g *errgroup.Group, cfg *config.Config, l
 		// including response_received for responses completing from now on.
 		so.WebhookURL = "http://" + cfg.Webhooks.Listen + cfg.Webhooks.Path.Value()
 		so.WebhookLive = true
+		// With a Standard Webhooks secret the receiver requires signatures:
+		// the emulator signs as a relay in front of the service would.
+		so.WebhookSecret = cfg.Webhooks.StandardWebhooksSecret.Value()
 	}
 	s, err := sim.New(so)
 	if err != nil {

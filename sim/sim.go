@@ -53,6 +53,13 @@ type Options struct {
 	// the service's 0, 3s, 30s, 5m, 1h, 24h: six attempts, then given up.
 	// Tests pass a scaled one. It runs on the real clock, not Now.
 	WebhookSchedule []time.Duration
+	// WebhookSecret, when set, signs every delivery with the Standard
+	// Webhooks headers (webhook-id: the hex SHA-256 of the body, the same on
+	// every attempt; webhook-timestamp: the attempt's time;
+	// webhook-signature: "v1,<base64 HMAC-SHA256>"), as a signing relay in
+	// front of the service would: the service itself signs nothing.
+	// "whsec_<base64>" is decoded, any other value is the raw key.
+	WebhookSecret string
 	// WebhookTimeout bounds one delivery attempt (default 10s).
 	WebhookTimeout time.Duration
 	// WebhookLive sends response_received for generated responses as they
@@ -222,8 +229,13 @@ func New(o Options) (*Sim, error) {
 		}
 		s.surveys[sp.ID] = &survState{gen: g, launchedAt: time.Unix(0, g.start).UTC()}
 	}
+	key, err := webhookKey(o.WebhookSecret)
+	if err != nil {
+		return nil, err
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wh = newWebhooks(s)
+	s.wh.key = key
 	if o.WebhookURL != "" {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.wh.run(s.ctx) }()

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -88,6 +94,7 @@ type webhooks struct {
 	sched     []time.Duration
 	transport *http.Transport
 	client    *http.Client
+	key       []byte // Options.WebhookSecret decoded; nil: deliveries are not signed
 
 	wake chan struct{}
 
@@ -213,6 +220,9 @@ func (w *webhooks) attempt(ctx context.Context, j *whJob) {
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", "Click4Survey-Webhooks/1.0 (surveysync emulator)")
+		if w.key != nil {
+			signWebhook(req.Header, w.key, j.body, time.Now())
+		}
 		var resp *http.Response
 		resp, err = w.client.Do(req)
 		if err == nil {
@@ -315,4 +325,36 @@ func (s *Sim) live(ctx context.Context) {
 			s.wh.responseReceived(&out[k])
 		}
 	}
+}
+
+// webhookKey decodes Options.WebhookSecret: "whsec_<base64>" or a raw key;
+// nil for none.
+func webhookKey(secret string) ([]byte, error) {
+	if secret == "" {
+		return nil, nil
+	}
+	if b64, ok := strings.CutPrefix(secret, "whsec_"); ok {
+		k, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(k) == 0 {
+			return nil, errors.New("sim: WebhookSecret: 'whsec_' prefix but the rest is not base64 (value hidden)")
+		}
+		return k, nil
+	}
+	return []byte(secret), nil
+}
+
+// signWebhook sets the Standard Webhooks headers of a delivery of body at
+// t: the id is the body's hash (the same on every attempt, so the receiver
+// de-duplicates retries), the signature the HMAC-SHA256 of
+// "id.timestamp.body".
+func signWebhook(h http.Header, key, body []byte, t time.Time) {
+	sum := sha256.Sum256(body)
+	id := hex.EncodeToString(sum[:])
+	ts := strconv.FormatInt(t.Unix(), 10)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + ts + "."))
+	mac.Write(body)
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", ts)
+	h.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
 }

@@ -52,7 +52,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	if s.swKey != nil {
 		switch err := s.verifySignature(req.Header, body, now); {
 		case errors.Is(err, errNoSignature):
-			if s.RequireSignature {
+			if !s.AllowUnsigned {
 				r.reply(w, reqUnauthorized, http.StatusUnauthorized, "Standard Webhooks signature required")
 				return
 			}

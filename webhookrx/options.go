@@ -30,14 +30,19 @@ type Options struct {
 	// AllowCIDRs, when set, restricts the source address of the TCP
 	// connection (not X-Forwarded-For) to these networks (403 otherwise).
 	AllowCIDRs []string
-	// StandardWebhooksSecret verifies the Standard Webhooks headers
-	// (webhook-id, webhook-timestamp, webhook-signature) when a request
-	// carries them. "whsec_<base64>" is decoded; any other value is used as
-	// the raw key.
+	// StandardWebhooksSecret, when set, requires the Standard Webhooks
+	// headers (webhook-id, webhook-timestamp, webhook-signature) on every
+	// request and verifies them (401 otherwise). "whsec_<base64>" is
+	// decoded; any other value is used as the raw key. The key must be at
+	// least MinSecretBytes long.
 	StandardWebhooksSecret string
-	// RequireSignature rejects (401) requests without Standard Webhooks
-	// headers. The service documents none, so the default is false.
-	RequireSignature bool
+	// AllowUnsigned, with a secret, still accepts requests that carry no
+	// signature headers at all (those that carry them are verified): the
+	// former default, kept for senders that sign only some requests. It
+	// weakens the secret to nothing against a sender that omits the
+	// headers (the daemon warns at start). Without a secret it changes
+	// nothing.
+	AllowUnsigned bool
 	// SignatureTolerance bounds the age (and future skew) of
 	// webhook-timestamp. Default 5 min.
 	SignatureTolerance time.Duration
@@ -105,6 +110,10 @@ type Options struct {
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
+
+// MinSecretBytes is the shortest Standard Webhooks key accepted (decoded,
+// for a "whsec_" secret): 128 bits.
+const MinSecretBytes = 16
 
 // Defaults of the options that config also defaults (webhooks.*).
 const (
@@ -204,8 +213,9 @@ func (o Options) resolve() (*settings, error) {
 		} else {
 			s.swKey = []byte(sec)
 		}
-	} else if o.RequireSignature {
-		errs = append(errs, errors.New("webhookrx: require_signature needs a standard webhooks secret"))
+		if len(s.swKey) < MinSecretBytes && len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("webhookrx: standard webhooks secret: the key is %d bytes, fewer than %d", len(s.swKey), MinSecretBytes))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package webhookrx
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -338,6 +339,15 @@ func TestRejectedRequests(t *testing.T) {
 	now := time.Now()
 	sig, _ := Sign(o.StandardWebhooksSecret, "msg_1", now, []byte(good))
 	oldSig, _ := Sign(o.StandardWebhooksSecret, "msg_2", now.Add(-6*time.Minute), []byte(good))
+	// signed is auth plus valid signature headers for body under id: the
+	// body checks below run after the signature's.
+	signed := func(id, body string) map[string]string {
+		sg, err := Sign(o.StandardWebhooksSecret, id, now, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return merge(auth, map[string]string{"webhook-id": id, "webhook-timestamp": fmt.Sprint(now.Unix()), "webhook-signature": sg})
+	}
 
 	cases := []struct {
 		name, method, url, body string
@@ -351,18 +361,20 @@ func TestRejectedRequests(t *testing.T) {
 		{"no auth", "POST", rx.url, good, nil, 401, "unauthorized", "basic auth"},
 		{"bad password", "POST", rx.url, good, map[string]string{"Authorization": basic("c4s", "hunter3")}, 401, "unauthorized", ""},
 		{"10 MB body", "POST", rx.url, `{"event_name":"x","pad":"` + strings.Repeat("a", 10<<20) + `"}`, auth, 413, "too_large", "larger than"},
-		{"invalid JSON", "POST", rx.url, `{"event_name": "response_received",`, auth, 400, "bad_json", "invalid JSON"},
-		{"array", "POST", rx.url, `[1,2]`, auth, 400, "bad_json", "JSON object"},
-		{"trailing data", "POST", rx.url, `{"event_name":"survey_closed","survey_id":1} {}`, auth, 400, "bad_json", "after the object"},
-		{"no event_name", "POST", rx.url, `{"survey_id": 4574}`, auth, 400, "bad_json", "missing event_name"},
-		{"no response_id", "POST", rx.url, `{"event_name":"response_received","survey_id":4574}`, auth, 400, "bad_json", "missing response_id"},
-		{"bad response_id", "POST", rx.url, `{"event_name":"response_received","survey_id":4574,"response_id":"nope"}`, auth, 400, "bad_json", "invalid guid"},
-		{"no survey_id", "POST", rx.url, `{"event_name":"survey_launched"}`, auth, 400, "bad_json", "missing survey_id"},
+		{"invalid JSON", "POST", rx.url, `{"event_name": "response_received",`, signed("msg_x", `{"event_name": "response_received",`), 400, "bad_json", "invalid JSON"},
+		{"array", "POST", rx.url, `[1,2]`, signed("msg_x", `[1,2]`), 400, "bad_json", "JSON object"},
+		{"trailing data", "POST", rx.url, `{"event_name":"survey_closed","survey_id":1} {}`, signed("msg_x", `{"event_name":"survey_closed","survey_id":1} {}`), 400, "bad_json", "after the object"},
+		{"no event_name", "POST", rx.url, `{"survey_id": 4574}`, signed("msg_x", `{"survey_id": 4574}`), 400, "bad_json", "missing event_name"},
+		{"no response_id", "POST", rx.url, `{"event_name":"response_received","survey_id":4574}`, signed("msg_x", `{"event_name":"response_received","survey_id":4574}`), 400, "bad_json", "missing response_id"},
+		{"bad response_id", "POST", rx.url, `{"event_name":"response_received","survey_id":4574,"response_id":"nope"}`, signed("msg_x", `{"event_name":"response_received","survey_id":4574,"response_id":"nope"}`), 400, "bad_json", "invalid guid"},
+		{"no survey_id", "POST", rx.url, `{"event_name":"survey_launched"}`, signed("msg_x", `{"event_name":"survey_launched"}`), 400, "bad_json", "missing survey_id"},
 		{"bad signature", "POST", rx.url, good, merge(auth, map[string]string{"webhook-id": "msg_1", "webhook-timestamp": fmt.Sprint(now.Unix()), "webhook-signature": "v1,AAAA"}), 401, "unauthorized", "signature"},
 		{"signature of other body", "POST", rx.url, responseBody(2), merge(auth, map[string]string{"webhook-id": "msg_1", "webhook-timestamp": fmt.Sprint(now.Unix()), "webhook-signature": sig}), 401, "unauthorized", "signature"},
 		{"stale timestamp", "POST", rx.url, good, merge(auth, map[string]string{"webhook-id": "msg_2", "webhook-timestamp": fmt.Sprint(now.Add(-6 * time.Minute).Unix()), "webhook-signature": oldSig}), 401, "unauthorized", "tolerance"},
 		{"incomplete signature headers", "POST", rx.url, good, merge(auth, map[string]string{"webhook-signature": sig}), 401, "unauthorized", "incomplete"},
-		{"bad webhook-id", "POST", rx.url, good, merge(auth, map[string]string{"webhook-id": "a b"}), 400, "bad_json", "webhook-id"},
+		{"bad webhook-id", "POST", rx.url, good, signed("a b", good), 400, "bad_json", "webhook-id"},
+		{"no signature headers", "POST", rx.url, good, auth, 401, "unauthorized", "signature required"},
+		{"signed request replayed without its headers", "POST", rx.url, good, merge(auth, map[string]string{"webhook-id": "msg_1"}), 401, "unauthorized", "signature required"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -397,7 +409,8 @@ func TestRejectedRequests(t *testing.T) {
 	if st != 200 {
 		t.Fatalf("signed event: %d %s", st, body)
 	}
-	if st, body, _ := post(t, rx.url, `{"event_name":"survey_paused","survey_id":"x"}`, auth); st != 200 {
+	paused := `{"event_name":"survey_paused","survey_id":"x"}`
+	if st, body, _ := post(t, rx.url, paused, signed("msg_paused", paused)); st != 200 {
 		t.Fatalf("unknown event: %d %s", st, body)
 	}
 	waitFor(t, "both logged", func() bool { return len(log.all()) == 2 })
@@ -406,6 +419,25 @@ func TestRejectedRequests(t *testing.T) {
 	}
 	if p.callCount() != 1 {
 		t.Errorf("Process called %d times", p.callCount())
+	}
+}
+
+// AllowUnsigned (webhooks.require_signature: false with a secret) keeps the
+// former behaviour: a request without signature headers passes, one that
+// carries them is still verified.
+func TestAllowUnsignedWithSecret(t *testing.T) {
+	p := newRecorder()
+	o := testOptions(t, "")
+	o.StandardWebhooksSecret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	o.AllowUnsigned = true
+	rx := start(t, o, p, &memLog{})
+	good := responseBody(1)
+	if st, body, _ := post(t, rx.url, good, nil); st != 200 {
+		t.Fatalf("unsigned request with AllowUnsigned: %d %s", st, body)
+	}
+	bad := map[string]string{"webhook-id": "msg_9", "webhook-timestamp": fmt.Sprint(time.Now().Unix()), "webhook-signature": "v1,AAAA"}
+	if st, body, _ := post(t, rx.url, responseBody(2), bad); st != 401 {
+		t.Fatalf("wrongly signed request with AllowUnsigned: %d %s, want 401", st, body)
 	}
 }
 
@@ -586,7 +618,8 @@ func TestOptionsValidation(t *testing.T) {
 		{Path: "/p"},
 		{Path: "/p", SpoolDir: "x", AllowCIDRs: []string{"10.0.0.0/33"}},
 		{Path: "/p", SpoolDir: "x", StandardWebhooksSecret: "whsec_!!!"},
-		{Path: "/p", SpoolDir: "x", RequireSignature: true},
+		{Path: "/p", SpoolDir: "x", StandardWebhooksSecret: "short-raw-key"},
+		{Path: "/p", SpoolDir: "x", StandardWebhooksSecret: "whsec_" + base64.StdEncoding.EncodeToString([]byte("fifteen bytes!!"))},
 		{Path: "/p", SpoolDir: "x", BasicAuthPassword: "pw"},
 	}
 	for _, o := range bad {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,5 +165,56 @@ func TestEmulatorWebhooksThroughFullSpool(t *testing.T) {
 	}
 	if late < n-5 {
 		t.Errorf("%d events delivered on a retry, want at least %d", late, n-5)
+	}
+}
+
+// With a Standard Webhooks secret the receiver requires signatures: the
+// emulator configured with the same secret signs every delivery and all its
+// events are processed; one without it gets only 401s (its events are
+// never processed).
+func TestEmulatorSignedWebhooks(t *testing.T) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	p := newRecorder()
+	o := testOptions(t, "")
+	o.StandardWebhooksSecret = secret
+	rx := start(t, o, p, nil)
+	schedule := []time.Duration{0, time.Hour} // one attempt in the test's time
+	newSim := func(secret string) *sim.Sim {
+		s, err := sim.New(sim.Options{
+			Surveys:         []sim.SurveySpec{{ID: 4574, Responses: 1}},
+			WebhookURL:      rx.url,
+			WebhookSchedule: schedule,
+			WebhookSecret:   secret,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	unsigned := newSim("")
+	if _, err := unsigned.AddResponse(4574, survey.Response{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unsigned delivery answered", func() bool { return len(unsigned.WebhookDeliveries()) == 1 })
+	if d := unsigned.WebhookDeliveries()[0]; d.Delivered || d.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unsigned delivery: %+v, want a 401", d)
+	}
+
+	signed := newSim(secret)
+	const n = 5
+	for range n {
+		if _, err := signed.AddResponse(4574, survey.Response{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the signed events processed", func() bool { return len(p.processed()) == n })
+	for _, d := range signed.WebhookDeliveries() {
+		if !d.Delivered || d.Attempt != 1 {
+			t.Errorf("signed delivery %+v, want delivered at once", d)
+		}
+	}
+	if _, err := sim.New(sim.Options{WebhookSecret: "whsec_!!!"}); err == nil || strings.Contains(err.Error(), "!!!") {
+		t.Errorf("a bad emulator secret: %v", err)
 	}
 }
