@@ -162,7 +162,14 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	d.health = h
 	routes := http.NewServeMux()
 	serveHAStatus(routes, d.elector)
-	d.serveResync(routes)
+	if cfg.Metrics.Listen != "" {
+		tokenPath := AdminTokenPath(cfg)
+		token, err := ensureAdminToken(tokenPath, log)
+		if err != nil {
+			return startFailed(err)
+		}
+		d.serveResync(routes, token, tokenPath)
+	}
 	late.set(routes)
 	if !o.ExitWhenSynced {
 		svc.Go(func() error { waitAPI(intakeCtx, cfg, h.start, log); return nil })

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -26,7 +25,8 @@ import (
 )
 
 // Resync on demand (surveysync resync): a running daemon takes the job on
-// its metrics listener (POST ResyncPath, loopback only); without one, the
+// its metrics listener (POST ResyncPath, with the admin token,
+// admintoken.go); without one, the
 // command runs it in its own process (ResyncOnce). Either way the job is
 // saved in the state store first, and a daemon started later finishes an
 // interrupted one (source/poll/resync.go).
@@ -34,10 +34,6 @@ import (
 // ResyncPath is the admin endpoint of the metrics listener that queues a
 // resync: POST with survey, and from and to in RFC 3339 (optional).
 const ResyncPath = "/admin/resync"
-
-// adminHeader must be set on admin requests: a browser's cross-site form
-// post cannot set it, so a page the operator visits cannot queue jobs.
-const adminHeader = "X-Surveysync-Admin"
 
 // newPipeline is the pipeline of a daemon or of a one-shot resync.
 func newPipeline(cfg *config.Config, onResponse func(context.Context, int64, survey.GUID, *survey.Response), erased func(int64, survey.GUID) bool, f pipeline.Fetcher, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *pipeline.Pipeline {
@@ -135,11 +131,12 @@ func ResyncOnce(ctx context.Context, cfg *config.Config, log *slog.Logger, surve
 	return job, g.Wait()
 }
 
-// serveResync adds ResyncPath to the metrics listener's mux.
-func (d *parts) serveResync(mux *http.ServeMux) {
+// serveResync adds ResyncPath to the metrics listener's mux: requests
+// with the admin token of tokenPath only (whatever their source address;
+// a browser's cross-site form post cannot set the Authorization header).
+func (d *parts) serveResync(mux *http.ServeMux, token, tokenPath string) {
 	mux.HandleFunc("POST "+ResyncPath, func(w http.ResponseWriter, r *http.Request) {
-		if !loopback(r.RemoteAddr) || r.Header.Get(adminHeader) == "" {
-			http.Error(w, "admin endpoints answer loopback requests with the "+adminHeader+" header only", http.StatusForbidden)
+		if !adminAuthorized(w, r, token, tokenPath) {
 			return
 		}
 		if !d.leading() {
@@ -179,19 +176,10 @@ func (d *parts) serveResync(mux *http.ServeMux) {
 	})
 }
 
-func loopback(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // RemoteResync asks the daemon whose metrics listener is at addr to queue
-// a resync; zero from or to are left to the daemon (the backfill's start,
-// now).
-func RemoteResync(ctx context.Context, addr string, surveyID int64, from, to time.Time) (poll.ResyncJob, error) {
+// a resync, with its admin token (AdminToken); zero from or to are left to
+// the daemon (the backfill's start, now).
+func RemoteResync(ctx context.Context, addr, token string, surveyID int64, from, to time.Time) (poll.ResyncJob, error) {
 	var job poll.ResyncJob
 	q := url.Values{"survey": {strconv.FormatInt(surveyID, 10)}}
 	if !from.IsZero() {
@@ -206,7 +194,7 @@ func RemoteResync(ctx context.Context, addr string, surveyID int64, from, to tim
 	if err != nil {
 		return job, err
 	}
-	req.Header.Set(adminHeader, "1")
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return job, fmt.Errorf("the daemon at %s: %w", addr, err)

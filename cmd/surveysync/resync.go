@@ -54,7 +54,12 @@ func resync(ctx context.Context, cfg *config.Config, f resyncFlags, stdout, stde
 func resyncRange(ctx context.Context, cfg *config.Config, id int64, from, to time.Time, stdout, stderr io.Writer) int {
 	if daemon.Probe(ctx, cfg) == daemon.StateRunning {
 		addr := daemon.Addr(cfg)
-		job, err := daemon.RemoteResync(ctx, addr, id, from, to)
+		token, err := daemon.AdminToken(cfg)
+		if err != nil {
+			fmt.Fprintln(stderr, "surveysync resync: a daemon answers at", addr+":", err)
+			return exitFail
+		}
+		job, err := daemon.RemoteResync(ctx, addr, token, id, from, to)
 		if err != nil {
 			fmt.Fprintln(stderr, "surveysync resync:", err)
 			return exitFail
