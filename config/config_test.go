@@ -281,6 +281,14 @@ func TestBadFilesGolden(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no testdata/bad files")
 	}
+	// Key files are refused when group or others may read them, and a
+	// checkout makes them 0644: private, they fail for the reason shown.
+	keys, _ := filepath.Glob("testdata/bad/*.key")
+	for _, k := range keys {
+		if err := os.Chmod(k, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			_, err := Load(f, nil, nil)

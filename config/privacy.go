@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -97,13 +98,9 @@ func (p Privacy) Key() ([]byte, error) {
 		}
 		return k, nil
 	case p.HashKeyFile != "":
-		b, err := os.ReadFile(p.HashKeyFile)
+		b, err := readPrivateFile(p.HashKeyFile)
 		if err != nil {
-			var pe *os.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return nil, fmt.Errorf("privacy.hash_key_file (%s) cannot be read: %w", p.HashKeyFile, err)
+			return nil, fmt.Errorf("privacy.hash_key_file (%s) %w", p.HashKeyFile, err)
 		}
 		b = bytes.TrimSuffix(b, []byte("\n"))
 		if len(b) < MinHashKeyBytes {
@@ -112,6 +109,34 @@ func (p Privacy) Key() ([]byte, error) {
 		return b, nil
 	}
 	return nil, errors.New("privacy: no hash key: set privacy.hash_key_file or SURVEYSYNC_PRIVACY__HASH_KEY")
+}
+
+// readPrivateFile reads a file holding a secret, refusing it when group or
+// others may access it: such a key may already have leaked, and reading it
+// anyway would let that go unnoticed. Errors read as a predicate of the
+// file ("cannot be read: …", "may be read by …").
+func readPrivateFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("may be read or changed by its group or others (mode %04o): a key file must be private to the daemon's user; fix: chmod 600 %s (and change the key if others may have read it)", perm, name)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	}
+	return b, nil
 }
 
 // action reports whether a is a valid action ("" counts as keep).

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,5 +85,44 @@ func TestPrivacyQuestionRuleFromEnvByIndex(t *testing.T) {
 	_, err = Load(f, []string{"SURVEYSYNC_PRIVACY__QUESTIONS__1__ACTION=drop"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "there is no privacy.questions[1]") {
 		t.Errorf("adding a rule from the environment: %v", err)
+	}
+}
+
+// A hash key file that group or others may read is refused, naming the
+// file and the fix, whatever its content; the key never shows.
+func TestPrivacyKeyFileMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "hash.key")
+	const key = "s3cr3t-privacy-hash-key-0123456789"
+	if err := os.WriteFile(f, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "c.yaml")
+	doc := "api: {token: t0ken-value, user_agent: \"a (b@c.de)\"}\nprivacy:\n  hash_key_file: " + f + "\n  fields:\n    contact_id: hash\n"
+	if err := os.WriteFile(cfgFile, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(cfgFile, nil, nil); err != nil {
+		t.Fatalf("a 0600 key file: %v", err)
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620} {
+		if err := os.Chmod(f, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(cfgFile, nil, nil)
+		want := fmt.Sprintf("privacy.hash_key_file (%s) may be read or changed by its group or others (mode %04o): a key file must be private to the daemon's user; fix: chmod 600 %s", f, mode, f)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("mode %04o: %v\nwant %q", mode, err, want)
+			continue
+		}
+		if strings.Contains(err.Error(), key) {
+			t.Errorf("the error shows the key: %v", err)
+		}
+	}
+	if err := os.Chmod(f, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := (Privacy{HashKeyFile: f}).Key(); err != nil || string(k) != key {
+		t.Errorf("a 0400 key file: %q, %v", k, err)
 	}
 }
