@@ -124,7 +124,13 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	// /healthz is up, /readyz says what it waits for.
 	h := &health{client: client, start: &startup{}}
 	late := newLateRoutes()
+	var adminToken string
 	if cfg.Metrics.Listen != "" {
+		// Written before the listener answers: a command that finds the
+		// daemon there finds its token too (admintoken.go).
+		if adminToken, err = ensureAdminToken(AdminTokenPath(cfg), log); err != nil {
+			return err
+		}
 		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, late, log); err != nil {
 			return err
 		}
@@ -163,12 +169,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	routes := http.NewServeMux()
 	serveHAStatus(routes, d.elector)
 	if cfg.Metrics.Listen != "" {
-		tokenPath := AdminTokenPath(cfg)
-		token, err := ensureAdminToken(tokenPath, log)
-		if err != nil {
-			return startFailed(err)
-		}
-		d.serveResync(routes, token, tokenPath)
+		d.serveResync(routes, adminToken, AdminTokenPath(cfg))
 	}
 	late.set(routes)
 	if !o.ExitWhenSynced {
