@@ -85,8 +85,13 @@ func SyncDir(dir string) error {
 	return nil
 }
 
-// MkdirAll creates dir and its missing parents, fsyncing the parent of each
-// folder it creates so that the new entries survive a crash.
+// DirMode is the mode of the folders MkdirAll creates.
+const DirMode = 0o750
+
+// MkdirAll creates dir and its missing parents (mode 0750: the data is
+// private to the daemon's user, and its group may list it), fsyncing the
+// parent of each folder it creates so that the new entries survive a
+// crash.
 func MkdirAll(dir string) error {
 	if fi, err := os.Stat(dir); err == nil {
 		if !fi.IsDir() {
@@ -100,7 +105,7 @@ func MkdirAll(dir string) error {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, DirMode); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil // created concurrently
 		}

@@ -62,11 +62,11 @@ type Lock struct {
 // Acquire locks dir (created when missing) for me, without waiting: a
 // *HeldError when another process holds it.
 func Acquire(dir string, me Holder) (*Lock, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}

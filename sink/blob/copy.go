@@ -83,10 +83,10 @@ func (c *Copier) Copy(ctx context.Context, ref files.FileRef) (Stored, error) {
 	st.Size = n
 	st.SHA256 = hex.EncodeToString(h.Sum(nil))
 	st.FileName = cleanFileName(d.FileName)
-	st.ContentType = d.ContentType
-	if st.ContentType == "" {
-		st.ContentType = "application/octet-stream"
-	}
+	// Stored (and recorded in the index) as served from the store: a
+	// type a browser may render or run becomes application/octet-stream,
+	// and every object is an attachment (store.go).
+	st.ContentType = storedContentType(d.ContentType)
 	err = c.st.put(ctx, key, sp.ReaderAt(), n, Attributes{
 		ContentType:        st.ContentType,
 		ContentDisposition: contentDisposition(st.FileName),

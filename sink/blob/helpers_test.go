@@ -12,7 +12,6 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -113,7 +112,7 @@ func (fs *fileServer) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", spec.ctype)
 	}
 	if spec.name != "" {
-		w.Header().Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(spec.name))
+		w.Header().Set("Content-Disposition", "attachment; filename*=UTF-8''"+rfc5987(spec.name))
 	}
 	w.Header().Set("Content-Length", strconv.FormatInt(spec.size, 10))
 	body := contentOf(id, spec.size)

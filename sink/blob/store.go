@@ -254,12 +254,14 @@ func (s *Store) ObjectURL(key string) string { return s.base + "/" + key }
 // Close releases the store.
 func (s *Store) Close() error { return s.b.close() }
 
-// contentDisposition builds an RFC 6266 attachment header carrying name: an
-// ASCII fallback in filename= and the UTF-8 name in filename*= (RFC 5987
-// percent-encoding), so HTTP headers stay ASCII.
+// contentDisposition builds an RFC 6266 attachment header: always
+// "attachment", so that a browser opening an object from the bucket saves
+// it instead of rendering it; with a name, an ASCII fallback in filename=
+// and the UTF-8 name in filename*= (RFC 5987 percent-encoding), so HTTP
+// headers stay ASCII.
 func contentDisposition(name string) string {
 	if name == "" {
-		return ""
+		return "attachment"
 	}
 	var fb strings.Builder
 	for _, r := range name {
@@ -273,7 +275,61 @@ func contentDisposition(name string) string {
 		}
 	}
 	return mime.FormatMediaType("attachment", map[string]string{"filename": fb.String()}) +
-		"; filename*=UTF-8''" + url.PathEscape(name)
+		"; filename*=UTF-8''" + rfc5987(name)
+}
+
+// rfc5987 percent-encodes s for an ext-value (RFC 5987 section 3.2.1):
+// every byte but attr-char.
+func rfc5987(s string) string {
+	const attrChar = "!#$&+-.^_`|~"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(attrChar, c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// storedContentType is the Content-Type an upload is stored with: the
+// service's media type when it is one a browser does not run (an image, a
+// PDF, a plain text …), application/octet-stream for any type a browser
+// may render as a page or run — HTML, XHTML, SVG, XML of any kind,
+// JavaScript, anything scripted — and for an unreadable or missing one.
+// A respondent chooses what they upload: opened from a bucket, an HTML
+// file would run in the bucket's origin. The parameters (charset) are
+// dropped with the type they qualify, kept otherwise.
+func storedContentType(ct string) string {
+	const safe = "application/octet-stream"
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || !strings.Contains(mt, "/") {
+		return safe
+	}
+	if riskyMediaType(mt) {
+		return safe
+	}
+	return mime.FormatMediaType(mt, params)
+}
+
+// riskyMediaType reports whether a browser may render or run media type mt
+// (lower case).
+func riskyMediaType(mt string) bool {
+	switch mt {
+	case "text/xsl", "application/x-shockwave-flash", "text/cache-manifest", "application/wasm":
+		return true
+	}
+	// text/html, application/xhtml+xml, image/svg+xml, text/xml, any
+	// +xml, text/javascript, application/ecmascript, multipart/x-mixed-replace,
+	// message/rfc822 (MHTML) …
+	for _, s := range []string{"html", "xml", "script", "svg", "multipart/", "message/"} {
+		if strings.Contains(mt, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanFileName keeps the base name of what the service sent, valid UTF-8,

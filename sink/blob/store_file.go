@@ -39,7 +39,12 @@ type fileBackend struct {
 	root string
 }
 
-const dirMode = 0o750
+// Modes of what a file:// store creates: objects and sidecars 0600,
+// folders 0750 (the umask may only narrow them).
+const (
+	dirMode  = 0o750
+	fileMode = 0o600
+)
 
 func openFile(u *url.URL) (*fileBackend, error) {
 	if u.Path == "" || !filepath.IsAbs(filepath.FromSlash(u.Path)) {
@@ -96,11 +101,12 @@ func (b *fileBackend) attributes(ctx context.Context, key string) (Attributes, e
 }
 
 // createTemp creates path.<nanoseconds>.tmp beside path (so that the
-// final rename stays on one filesystem), mode 0666 before umask.
+// final rename stays on one filesystem), mode 0600: respondents' uploads
+// are personal data, readable by the daemon's user only.
 func createTemp(path string) (*os.File, error) {
 	for try := 0; ; try++ {
 		name := path + "." + strconv.FormatInt(time.Now().UnixNano(), 16) + tmpExt
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, fileMode)
 		if errors.Is(err, fs.ErrExist) && try < 1000 {
 			continue
 		}
