@@ -70,7 +70,7 @@ func TestShortSignatureKeysRefused(t *testing.T) {
 		"SURVEYSYNC_WEBHOOKS__PATH=/hooks/9f1c2a7e5b3d4c6f8a0e1b2c",
 	}
 	for secret, want := range map[string]string{
-		"hunter2-hunter2":  "webhooks.standard_webhooks_secret must be a key of at least 16 bytes (this raw key has 15; value hidden)",
+		"hunter2-hunter2": "webhooks.standard_webhooks_secret must be a key of at least 16 bytes (this raw key has 15; value hidden)",
 		"whsec_" + base64.StdEncoding.EncodeToString([]byte("hunter2-hunter2")): "webhooks.standard_webhooks_secret must be a key of at least 16 bytes (this one decodes to 15; value hidden)",
 	} {
 		_, err := Load("", append(append([]string{}, base...), "SURVEYSYNC_WEBHOOKS__STANDARD_WEBHOOKS_SECRET="+secret), nil)
