@@ -161,13 +161,14 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 			delete(keys, id)
 			delete(open, id)
 		case StateReleased:
-			// A release undoes only the open intent it follows. A ledger
-			// that keeps every record (the file ledger) may hold it after
-			// a later leader's record of the key (uncertain, or pushed by
-			// a leader that read the ledger before the intent): that
-			// record stands. (ClickHouse returns only the latest record
+			// A release undoes only the open intent it follows (its
+			// version is that intent's + 1). A ledger that keeps every
+			// record (the file ledger) may hold it after a later leader's
+			// record of the key (uncertain, pushed, or the intent of a
+			// leader that read the ledger before ours): that record
+			// stands. (ClickHouse returns only the latest record
 			// by version, and a release's version follows its intent's.)
-			if _, ok := open[id]; ok {
+			if o, ok := open[id]; ok && o.Version+1 == e.Version {
 				delete(keys, id)
 				delete(open, id)
 			}
@@ -182,7 +183,7 @@ func (f *feed) ensureLoaded(ctx context.Context, dry bool) error {
 	err = f.ledger.LoadSends(ctx, f.opts.Name, func(e SendEntry) error {
 		switch e.State {
 		case SendReleased: // never called: the batch may still send (as for contacts, only an open intent is undone)
-			if _, ok := openSends[e.BatchID]; ok {
+			if o, ok := openSends[e.BatchID]; ok && o.Version+1 == e.Version {
 				delete(sends, e.BatchID)
 				delete(openSends, e.BatchID)
 			}

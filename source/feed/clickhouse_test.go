@@ -310,6 +310,9 @@ func TestReleaseUndoesOnlyItsIntent(t *testing.T) {
 				{rec("C000003", feed.StatePushed, v+6e9)},    // …and pushed the row itself
 				{rec("C000002", feed.StateReleased, v+2)},    // the old leader's late releases
 				{rec("C000003", feed.StateReleased, v+3)},
+				{rec("C000005", feed.StateIntent, v+3)},   // the old leader's intent…
+				{rec("C000005", feed.StateIntent, v+5e9)}, // …a next leader that read the ledger before it, and died
+				{rec("C000005", feed.StateReleased, v+4)}, // the old leader's late release
 			}
 			for _, es := range steps {
 				if err := l.RecordContacts(ctx, es); err != nil {
@@ -319,7 +322,7 @@ func TestReleaseUndoesOnlyItsIntent(t *testing.T) {
 			svc := feedtest.Start()
 			defer svc.Close()
 			dir := t.TempDir()
-			genCSV(t, filepath.Join(dir, "a.csv"), 4, false)
+			genCSV(t, filepath.Join(dir, "a.csv"), 5, false)
 			r, err := feed.NewRunner(feed.RunnerOptions{Feeds: []feed.Options{csvFeed(dir)}, API: newClient(t, svc.URL(), 5*time.Second),
 				Ledger: l, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
@@ -333,11 +336,11 @@ func TestReleaseUndoesOnlyItsIntent(t *testing.T) {
 				t.Errorf("pushed %v, want C000001 and C000004 once", got)
 			}
 			rep := report(t, dir, "done")
-			if len(rep) != 1 || rep[0].Summary.Pushed != 2 || rep[0].Summary.Uncertain != 1 || rep[0].Summary.Skipped != 1 {
+			if len(rep) != 1 || rep[0].Summary.Pushed != 2 || rep[0].Summary.Uncertain != 2 || rep[0].Summary.Skipped != 1 {
 				t.Fatalf("report %+v", rep)
 			}
 			unc, err := r.Uncertain(ctx, "crm")
-			if err != nil || len(unc) != 1 || unc[0].Key != "C000002" {
+			if err != nil || len(unc) != 2 || unc[0].Key != "C000002" || unc[1].Key != "C000005" {
 				t.Fatalf("Uncertain: %+v, %v", unc, err)
 			}
 		})

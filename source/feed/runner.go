@@ -427,7 +427,7 @@ func (r *Runner) Uncertain(ctx context.Context, name string) ([]ContactEntry, er
 		case StateUncertain, StateIntent:
 			last[e.Key] = e
 		case StateReleased: // undoes an open intent only (ensureLoaded)
-			if l, ok := last[e.Key]; ok && l.State == StateIntent {
+			if l, ok := last[e.Key]; ok && l.State == StateIntent && l.Version+1 == e.Version {
 				delete(last, e.Key)
 			}
 		default:
