@@ -106,6 +106,9 @@ func (p Privacy) Key() ([]byte, error) {
 		if len(b) < MinHashKeyBytes {
 			return nil, fmt.Errorf("privacy.hash_key_file (%s) holds %d bytes (less one trailing newline): a key needs at least %d (e.g. openssl rand -hex 32 > %s)", p.HashKeyFile, len(b), MinHashKeyBytes, p.HashKeyFile)
 		}
+		if len(bytes.Trim(b, "\x00")) == 0 {
+			return nil, fmt.Errorf("privacy.hash_key_file (%s) holds only zero bytes: it is damaged (zero-filled after a crash or a disk fault); restore the key from its backup (a new key would leave the values hashed so far unmatched)", p.HashKeyFile)
+		}
 		return b, nil
 	}
 	return nil, errors.New("privacy: no hash key: set privacy.hash_key_file or SURVEYSYNC_PRIVACY__HASH_KEY")

@@ -126,3 +126,16 @@ func TestPrivacyKeyFileMustBePrivate(t *testing.T) {
 		t.Errorf("a 0400 key file: %q, %v", k, err)
 	}
 }
+
+// A zero-filled key file (a crash, a disk fault) is damage, not a new key:
+// refused with the fix (restore it), never taken as a key change.
+func TestPrivacyZeroFilledKeyFileRefused(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "hash.key")
+	if err := os.WriteFile(f, make([]byte, 33), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := (Privacy{HashKeyFile: f}).Key()
+	if err == nil || !strings.Contains(err.Error(), f) || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "restore the key") {
+		t.Errorf("a zero-filled key file: %v", err)
+	}
+}

@@ -93,3 +93,30 @@ func TestDamagedPrivacyRecordRefusesWithTheFix(t *testing.T) {
 		})
 	}
 }
+
+// A hash key that differs from the recorded one (a key file damaged or
+// replaced by mistake reads so) refuses, and the refusal says to restore
+// the key unless it was changed on purpose: privacy apply would empty
+// every value hashed so far.
+func TestChangedKeyRefusalSaysRestoreTheKey(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	cfg := config.Default()
+	cfg.Parquet.Dir = t.TempDir()
+	cfg.Privacy.HashKey = config.Secret(privKey)
+	cfg.Privacy.Fields.ContactID = config.ActionHash
+	wh, err := OpenWarehouse(ctx, cfg, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	if err := checkPrivacyRules(ctx, cfg, wh, "APPLY", log); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Privacy.HashKey = config.Secret(privKey[:len(privKey)/2] + strings.Repeat("x", len(privKey)/2))
+	err = checkPrivacyRules(ctx, cfg, wh, "APPLY", log)
+	var se *PrivacyStricterError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "restore the former key") || !strings.Contains(err.Error(), "privacy.hash_key_file") {
+		t.Errorf("refusal of a changed key: %v", err)
+	}
+}

@@ -43,10 +43,20 @@ type PrivacyStricterError struct {
 }
 
 func (e *PrivacyStricterError) Error() string {
-	return fmt.Sprintf("privacy: the configured rules are stricter than those the data in %s was written under: %s. "+
+	msg := fmt.Sprintf("privacy: the configured rules are stricter than those the data in %s was written under: %s. "+
 		"Rows already written still hold what the former rules let in. Stop here and run %s: it rewrites them and records the rules; "+
 		"the daemon then starts (docs/privacy.md, \"Changing the rules on an existing warehouse\")",
 		e.Where, e.Changes.String(), e.Command)
+	for _, c := range e.Changes {
+		if c.Rule == "privacy.hash_key" {
+			// A key file damaged or replaced by mistake reads as a new key:
+			// privacy apply would then empty every value hashed so far.
+			msg += ". If the key was not changed on purpose, do not run it: restore the former key (privacy.hash_key_file, or " +
+				"SURVEYSYNC_PRIVACY__HASH_KEY) from its backup, and the daemon starts as before"
+			break
+		}
+	}
+	return msg
 }
 
 // PrivacyRecordDamagedError is the refusal to start when the record of
