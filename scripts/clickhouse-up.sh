@@ -6,7 +6,9 @@
 #   scripts/clickhouse-up.sh [DIR]        DIR defaults to $CLICKHOUSE_DIR or /tmp/surveysync-clickhouse
 #
 # Environment: CLICKHOUSE_TCP_PORT (9000), CLICKHOUSE_HTTP_PORT (8123),
-# CLICKHOUSE_WAIT_SECONDS (60). Prints the native address on success, e.g.
+# CLICKHOUSE_WAIT_SECONDS (60), CLICKHOUSE_PASSWORD (the default user's;
+# empty by default), CLICKHOUSE_LOG_QUERIES (1: every query in
+# system.query_log; 0 by default). Prints the native address on success, e.g.
 #   export SURVEYSYNC_TEST_CLICKHOUSE_ADDR=127.0.0.1:9000
 # The server runs as a daemon; its pid is in DIR/clickhouse.pid, its logs in
 # DIR/log/. Stop it with scripts/clickhouse-down.sh DIR. Running it again while
@@ -17,6 +19,8 @@ dir="${1:-${CLICKHOUSE_DIR:-/tmp/surveysync-clickhouse}}"
 tcp_port="${CLICKHOUSE_TCP_PORT:-9000}"
 http_port="${CLICKHOUSE_HTTP_PORT:-8123}"
 wait_seconds="${CLICKHOUSE_WAIT_SECONDS:-60}"
+password="${CLICKHOUSE_PASSWORD:-}"
+log_queries="${CLICKHOUSE_LOG_QUERIES:-0}"
 
 server="$(command -v clickhouse-server || true)"
 client="$(command -v clickhouse-client || true)"
@@ -26,7 +30,7 @@ if [[ -z "$server" || -z "$client" ]]; then
 fi
 
 ping_server() {
-	"$client" --host 127.0.0.1 --port "$tcp_port" --query 'SELECT 1' >/dev/null 2>&1
+	"$client" --host 127.0.0.1 --port "$tcp_port" --password "$password" --query 'SELECT 1' >/dev/null 2>&1
 }
 
 if ping_server; then
@@ -87,11 +91,12 @@ cat >"$dir/users.xml" <<XML
         <default>
             <max_memory_usage>4000000000</max_memory_usage>
             <load_balancing>random</load_balancing>
+            <log_queries>$log_queries</log_queries>
         </default>
     </profiles>
     <users>
         <default>
-            <password></password>
+            <password>$password</password>
             <networks>
                 <ip>127.0.0.1</ip>
                 <ip>::1</ip>

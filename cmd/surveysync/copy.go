@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 // copyFlags are surveysync copy-from's source.
 type copyFlags struct {
 	addr, database, user string
+	secure               bool
 }
 
 // copyFrom copies a single-node surveysync database into the configured
@@ -33,9 +35,9 @@ func copyFrom(ctx context.Context, cfg *config.Config, from copyFlags, stdout, s
 		return exitFail
 	}
 	defer s.Close()
+	password := os.Getenv("SURVEYSYNC_COPY_FROM_PASSWORD")
 	reports, err := s.CopyFrom(ctx, clickhouse.CopySource{
-		Addr: from.addr, Database: from.database, Username: from.user,
-		Password: os.Getenv("SURVEYSYNC_COPY_FROM_PASSWORD"),
+		Addr: from.addr, Database: from.database, Username: from.user, Password: password, Secure: from.secure,
 	})
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tROWS COPIED\tCURRENT (SOURCE)\tCURRENT (TARGET)\tTOOK")
@@ -44,7 +46,11 @@ func copyFrom(ctx context.Context, cfg *config.Config, from copyFlags, stdout, s
 	}
 	tw.Flush()
 	if err != nil {
-		fmt.Fprintln(stderr, "surveysync copy-from:", err)
+		msg := err.Error()
+		if password != "" { // CopyFrom redacts already; this line is printed whatever it returns
+			msg = strings.ReplaceAll(msg, password, "***")
+		}
+		fmt.Fprintln(stderr, "surveysync copy-from:", msg)
 		fmt.Fprintln(stderr, "  fix the cause and run the same command again: rows already copied collapse with their copies")
 		return exitFail
 	}

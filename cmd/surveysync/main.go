@@ -223,10 +223,11 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,
-			about: "Copy every table of a surveysync database on another ClickHouse server (the single node a deployment outgrew) into the configured one (a cluster: rows go to their shards). Stop the daemon first; the source password comes from SURVEYSYNC_COPY_FROM_PASSWORD.",
+			about: "Copy every table of a surveysync database on another ClickHouse server (the single node a deployment outgrew) into the configured one (a cluster: rows go to their shards). Stop the daemon first; surveysync reads the source over its own connection (it must reach HOST:PORT); the source password comes from SURVEYSYNC_COPY_FROM_PASSWORD and never goes into a query.",
 			extra: func(fs *pflag.FlagSet) {
 				fs.StringVar(&from.database, "from-database", "surveysync", "the source database")
 				fs.StringVar(&from.user, "from-user", "default", "the source's ClickHouse user")
+				fs.BoolVar(&from.secure, "from-secure", false, "connect to the source with TLS")
 			}}, rest, stdout, stderr)
 		if cfg == nil {
 			return code

@@ -2,22 +2,30 @@ package clickhouse
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
 )
 
 // CopySource is a surveysync database on another ClickHouse server, read
-// by the target's servers with the remote() table function.
+// over a connection of its own: the password goes in that connection's
+// handshake, never into the text of a query (where it would land in the
+// servers' query logs).
 type CopySource struct {
-	Addr     string // host:port of its native protocol, as the target's nodes reach it
+	Addr     string // host:port of its native protocol, as this machine reaches it
 	Database string
 	Username string
 	Password string // never logged nor put in errors
+	Secure   bool   // TLS
 }
 
 // CopyReport is one table's copy: rows read from the source, and the
@@ -38,18 +46,25 @@ type CopyReport struct {
 var copiedTables = append([]string{flatten.TableAnswers, flatten.TableResponses, "surveys", "rejects",
 	"uploaded_files", "pushed_contacts", "message_sends", "webhook_events", "wide_columns"}, "sync_progress", "sync_state")
 
+// copyBatchRows is the most rows one INSERT of a copy carries.
+const copyBatchRows = 100_000
+
 // CopyFrom copies every table of a surveysync database on another server
 // (typically the single node a deployment outgrew) into this Sink's
 // database (typically on a cluster, where the rows go through the
-// Distributed tables to their shards), table by table with
-// INSERT … SELECT * FROM remote(…) run by the target's server. Open has
-// created the target's tables; both sides must be at the same migrations
-// (the columns are copied by position). The daemon must be stopped on both
-// sides while it runs. Every row keeps its _version, so a copy run twice
-// (after a failure) collapses to the same rows: the views count each
-// response once. After each table, the distinct rows per sorting key
-// (FINAL) of the two sides are compared; a difference is an error.
-func (s *Sink) CopyFrom(ctx context.Context, src CopySource) ([]CopyReport, error) {
+// Distributed tables to their shards), table by table: surveysync reads
+// each table from the source over a connection of its own (SELECT *) and
+// inserts the rows into the target in batches of copyBatchRows, so the
+// source's password is never in a query's text (ClickHouse 18.16 has no
+// named collections; remote() would carry it). Open has created the
+// target's tables; both sides must be at the same migrations. The daemon
+// must be stopped on both sides while it runs. Every row keeps its
+// _version, so a copy run twice (after a failure) collapses to the same
+// rows: the views count each response once. After each table, the
+// distinct rows per sorting key (FINAL) of the two sides are compared; a
+// difference is an error. No error carries the source's password.
+func (s *Sink) CopyFrom(ctx context.Context, src CopySource) (out []CopyReport, err error) {
+	defer func() { err = src.redact(err) }()
 	if _, _, err := net.SplitHostPort(src.Addr); err != nil {
 		return nil, fmt.Errorf("clickhouse: copy: source address %q: want host:port of the native protocol", src.Addr)
 	}
@@ -59,12 +74,16 @@ func (s *Sink) CopyFrom(ctx context.Context, src CopySource) ([]CopyReport, erro
 	if src.Username == "" {
 		src.Username = "default"
 	}
-	if err := s.sameMigrations(ctx, src); err != nil {
+	from, err := src.open(ctx, s.opts.DialTimeout)
+	if err != nil {
 		return nil, err
 	}
-	var out []CopyReport
+	defer from.Close()
+	if err := s.sameMigrations(ctx, from, src); err != nil {
+		return nil, err
+	}
 	for _, table := range copiedTables {
-		r, err := s.copyTable(ctx, src, table)
+		r, err := s.copyTable(ctx, from, src, table)
 		if err != nil {
 			return out, err
 		}
@@ -78,33 +97,56 @@ func (s *Sink) CopyFrom(ctx context.Context, src CopySource) ([]CopyReport, erro
 	return out, nil
 }
 
+// open connects to the source and checks that it answers.
+func (src CopySource) open(ctx context.Context, dialTimeout time.Duration) (driver.Conn, error) {
+	o := &ch.Options{
+		Addr:        []string{src.Addr},
+		Auth:        ch.Auth{Username: src.Username, Password: src.Password},
+		ClientInfo:  ch.ClientInfo{Products: []struct{ Name, Version string }{{Name: "surveysync-copy"}}},
+		DialTimeout: dialTimeout,
+	}
+	if src.Secure {
+		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	conn, err := ch.Open(o)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: copy: open the source %s: %w", src.Addr, err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("clickhouse: copy: connect to the source %s as %s: %w (check the address, --from-user and SURVEYSYNC_COPY_FROM_PASSWORD)",
+			src.Addr, src.Username, err)
+	}
+	return conn, nil
+}
+
 // sameMigrations checks that the source's schema_migrations lists the
 // target's migrations, no more and no fewer: the copy maps columns by
-// position.
-func (s *Sink) sameMigrations(ctx context.Context, src CopySource) error {
+// name, and both sides must have the same ones.
+func (s *Sink) sameMigrations(ctx context.Context, from driver.Conn, src CopySource) error {
 	ours, err := s.appliedMigrations(ctx)
 	if err != nil {
 		return err
 	}
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM "+src.remote("schema_migrations"))
+	rows, err := from.Query(ctx, "SELECT DISTINCT version FROM "+src.table("schema_migrations"))
 	if err != nil {
-		return fmt.Errorf("clickhouse: copy: read %s.schema_migrations on %s: %w", src.Database, src.Addr, src.redact(err))
+		return fmt.Errorf("clickhouse: copy: read %s on %s: %w", src.table("schema_migrations"), src.Addr, err)
 	}
 	defer rows.Close()
 	theirs := map[int]bool{}
 	for rows.Next() {
 		var v uint32
 		if err := rows.Scan(&v); err != nil {
-			return err
+			return fmt.Errorf("clickhouse: copy: read %s on %s: %w", src.table("schema_migrations"), src.Addr, err)
 		}
 		theirs[int(v)] = true
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return fmt.Errorf("clickhouse: copy: read %s on %s: %w", src.table("schema_migrations"), src.Addr, err)
 	}
 	for v := range ours {
 		if !theirs[v] {
-			return fmt.Errorf("clickhouse: copy: the source %s.%s on %s lacks migration %d: run this surveysync version against it once (surveysync doctor with its config applies the migrations), then copy", src.Database, "schema_migrations", src.Addr, v)
+			return fmt.Errorf("clickhouse: copy: the source %s on %s lacks migration %d: run this surveysync version against it once (surveysync doctor with its config applies the migrations), then copy", src.table("schema_migrations"), src.Addr, v)
 		}
 	}
 	for v := range theirs {
@@ -115,38 +157,95 @@ func (s *Sink) sameMigrations(ctx context.Context, src CopySource) error {
 	return nil
 }
 
-// remote is the remote() table function reading table of the source.
-func (src CopySource) remote(table string) string {
-	return fmt.Sprintf("remote(%s, %s, %s, %s, %s)", quoteString(src.Addr), src.Database, table,
-		quoteString(src.Username), quoteString(src.Password))
-}
+// table is the source's table name, qualified.
+func (src CopySource) table(name string) string { return src.Database + "." + name }
 
-// redact removes the source's password from a server's message (the
-// server may quote the query).
+// redact removes the source's password from an error's message (as it
+// is, and as a quoted string would spell it): defence in depth, since no
+// query carries it.
 func (src CopySource) redact(err error) error {
 	if err == nil || src.Password == "" {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), src.Password, "***"))
+	msg := err.Error()
+	red := strings.NewReplacer(src.Password, "***", strings.Trim(quoteString(src.Password), "'"), "***").Replace(msg)
+	if red == msg {
+		return err
+	}
+	return errors.New(red)
 }
 
-func (s *Sink) copyTable(ctx context.Context, src CopySource, table string) (CopyReport, error) {
+// copyTable streams table from the source into the target.
+func (s *Sink) copyTable(ctx context.Context, from driver.Conn, src CopySource, table string) (CopyReport, error) {
 	r := CopyReport{Table: table}
-	remote, redact := src.remote(table), src.redact
 	start := time.Now()
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+remote).Scan(&r.Rows); err != nil {
-		return r, fmt.Errorf("clickhouse: copy %s: read %s.%s on %s: %w", table, src.Database, table, src.Addr, redact(err))
+	rows, err := from.Query(ctx, "SELECT * FROM "+src.table(table))
+	if err != nil {
+		return r, fmt.Errorf("clickhouse: copy %s: read %s on %s: %w", table, src.table(table), src.Addr, err)
 	}
-	if err := s.conn.Exec(s.insertCtx(ctx), fmt.Sprintf("INSERT INTO %s SELECT * FROM %s", s.table(table), remote)); err != nil {
-		return r, fmt.Errorf("clickhouse: copy %s from %s.%s on %s: %w", table, src.Database, table, src.Addr, redact(err))
+	defer rows.Close()
+	names := rows.Columns()
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = quoteIdent(n)
+	}
+	insert := fmt.Sprintf("INSERT INTO %s (%s)", s.table(table), strings.Join(quoted, ", "))
+	dest := make([]any, len(names))
+	for i, t := range rows.ColumnTypes() {
+		dest[i] = reflect.New(t.ScanType()).Interface()
+	}
+	vals := make([]any, len(dest))
+	insertErr := func(err error) error {
+		return fmt.Errorf("clickhouse: copy %s from %s on %s: insert into %s: %w", table, src.table(table), src.Addr, s.table(table), err)
+	}
+	var batch driver.Batch
+	defer func() {
+		if batch != nil {
+			_ = batch.Abort()
+		}
+	}()
+	inBatch := 0
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return r, fmt.Errorf("clickhouse: copy %s: read %s on %s: %w", table, src.table(table), src.Addr, err)
+		}
+		for i, d := range dest {
+			vals[i] = reflect.ValueOf(d).Elem().Interface()
+		}
+		if batch == nil {
+			if batch, err = s.conn.PrepareBatch(s.insertCtx(ctx), insert); err != nil {
+				batch = nil
+				return r, insertErr(err)
+			}
+		}
+		if err := batch.Append(vals...); err != nil {
+			return r, insertErr(err)
+		}
+		r.Rows++
+		if inBatch++; inBatch == copyBatchRows {
+			err := batch.Send()
+			batch, inBatch = nil, 0
+			if err != nil {
+				return r, insertErr(err)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("clickhouse: copy %s: read %s on %s: %w", table, src.table(table), src.Addr, err)
+	}
+	if batch != nil {
+		err := batch.Send()
+		batch = nil
+		if err != nil {
+			return r, insertErr(err)
+		}
 	}
 	r.Took = time.Since(start)
-	var err error
-	if r.SourceKeys, err = s.countFinal(ctx, remote); err != nil {
-		return r, fmt.Errorf("clickhouse: copy %s: count the source: %w", table, redact(err))
+	if r.SourceKeys, err = countFinal(ctx, from, src.table(table)); err != nil {
+		return r, fmt.Errorf("clickhouse: copy %s: count the source's current rows: %w", table, err)
 	}
-	if r.TargetKeys, err = s.countFinal(ctx, s.table(table)); err != nil {
-		return r, fmt.Errorf("clickhouse: copy %s: count the copy: %w", table, err)
+	if r.TargetKeys, err = countFinal(ctx, s.conn, s.table(table)); err != nil {
+		return r, fmt.Errorf("clickhouse: copy %s: count the copy's current rows: %w", table, err)
 	}
 	if r.SourceKeys != r.TargetKeys {
 		return r, fmt.Errorf("clickhouse: copy %s: the source has %d current rows, the copy %d", table, r.SourceKeys, r.TargetKeys)
@@ -154,10 +253,10 @@ func (s *Sink) copyTable(ctx context.Context, src CopySource, table string) (Cop
 	return r, nil
 }
 
-// countFinal counts the rows of from (a table or a remote() call) once
-// versions are collapsed (FINAL).
-func (s *Sink) countFinal(ctx context.Context, from string) (uint64, error) {
+// countFinal counts the rows of table on conn once versions are collapsed
+// (FINAL).
+func countFinal(ctx context.Context, conn driver.Conn, table string) (uint64, error) {
 	var n uint64
-	err := s.conn.QueryRow(ctx, "SELECT count() FROM "+from+" FINAL").Scan(&n)
+	err := conn.QueryRow(ctx, "SELECT count() FROM "+table+" FINAL").Scan(&n)
 	return n, err
 }
