@@ -129,7 +129,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 		// Written before the listener answers: a command that finds the
 		// daemon there finds its token too (admintoken.go).
 		if adminToken, err = ensureAdminToken(AdminTokenPath(cfg), log); err != nil {
-			return err
+			return fmt.Errorf("%w: with metrics.listen on, the daemon keeps its admin token in parquet.dir (also with ClickHouse): make %s writable by the daemon's user, or set parquet.dir to a folder that is", err, cfg.Parquet.Dir)
 		}
 		if err := serveMetrics(svcCtx, svc, cfg.Metrics.Listen, cfg.Metrics.Pprof, reg, h, late, log); err != nil {
 			return err
