@@ -296,6 +296,38 @@ func TestWideViewOnCurrentClickHouse(t *testing.T) {
 	}
 }
 
+// TestHostileColumnNamesOnCurrentClickHouse: a wide view whose column
+// names are built to break out of their quotes (a backslash before the
+// closing backtick, a backtick, quotes, a newline, control bytes, a
+// comment) is created on ClickHouse 26.7 with every name exactly as given:
+// the quoting of sink/clickhouse is complete on current releases too (the
+// 18.16 side: sink/clickhouse's TestQuoteIdentHostileNames).
+func TestHostileColumnNamesOnCurrentClickHouse(t *testing.T) {
+	const hdb = "surveysync_chdb_hostile"
+	stmts, err := clickhouse.SchemaDDL(hdb, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range stmts {
+		query(t, stmt)
+	}
+	names := []string{`a\`, "a\\`, 1 AS `x", "q`) ENGINE = Memory; DROP DATABASE system; --", `it's "quoted"`,
+		"two\nlines\r\t\x01\x7f", "back\\\\slashes\\n", "-- comment", "/* c */ x"}
+	var cols []clickhouse.WideColumn
+	for i, n := range names {
+		cols = append(cols, clickhouse.WideColumn{QuestionID: int64(i + 1), Name: n, Kind: clickhouse.KindText})
+	}
+	query(t, fmt.Sprintf("CREATE OR REPLACE VIEW %s.survey_42 AS\n%s", hdb, clickhouse.WideViewSQL(hdb, 42, cols)))
+	for _, n := range names {
+		if got := query(t, fmt.Sprintf("SELECT count() FROM system.columns WHERE database = '%s' AND table = 'survey_42' AND hex(name) = '%X'", hdb, n)); got != "1" {
+			t.Errorf("column %q: %s columns of that name in the view", n, got)
+		}
+	}
+	if got := query(t, "SELECT count() FROM system.databases WHERE name = 'system'"); got != "1" {
+		t.Error("system is gone")
+	}
+}
+
 // TestEraseOnCurrentClickHouse: the erasure statements of sink/clickhouse
 // (issue 23) run on a current ClickHouse, both as mutations (what 18.16
 // runs) and as lightweight DELETE (what 23.3 and later run), and remove the
