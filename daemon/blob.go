@@ -40,6 +40,11 @@ func newCopier(ctx context.Context, cfg *config.Config, client *surveyapi.Client
 	if err := os.MkdirAll(spoolDir, 0o750); err != nil {
 		return nil, nil, fmt.Errorf("files spool: %w", err)
 	}
+	if n, err := blob.RemoveSpoolLeftovers(spoolDir); err != nil {
+		return nil, nil, fmt.Errorf("files spool: %w", err)
+	} else if n > 0 {
+		log.Info("files: removed the temporary files of downloads a stopped process left; they are downloaded again", "dir", spoolDir, "files", n)
+	}
 	bs, err := openBlobStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("files.url: %w", err)

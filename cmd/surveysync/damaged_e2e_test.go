@@ -139,6 +139,11 @@ func TestDamagedLocalStateRecoversOrRefuses(t *testing.T) {
 	if len(rejects) != 1 {
 		t.Fatalf("rejects files: %v", rejects)
 	}
+	// A download a killed daemon left in the files spool (it may hold an
+	// upload of a response erased since): every start removes it.
+	if err := os.WriteFile(filepath.Join(tmpl, "data", "_files_spool", "surveysync-file-1.part"), []byte("an upload cut short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	current := func(dir string) int {
 		cur, err := parquet.ReadCurrent(context.Background(), filepath.Join(dir, "data"), 0)
 		if err != nil {
@@ -224,6 +229,9 @@ func TestDamagedLocalStateRecoversOrRefuses(t *testing.T) {
 						if aside, _ := filepath.Glob(path + ".damaged-*"); len(aside) != 1 {
 							t.Errorf("moved aside: %v", aside)
 						}
+					}
+					if left, _ := filepath.Glob(filepath.Join(base, "data", "_files_spool", "*.part")); len(left) != 0 {
+						t.Errorf("a former download is left: %v", left)
 					}
 					if n := current(base); n != want {
 						t.Errorf("%d responses in the output, want %d", n, want)

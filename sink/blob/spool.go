@@ -2,11 +2,35 @@ package blob
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 )
+
+// spoolPattern names a download's temporary file in the spool folder.
+const spoolPattern = "surveysync-file-*.part"
+
+// RemoveSpoolLeftovers removes from dir the temporary files of downloads a
+// killed process left (they may hold uploaded files of responses erased
+// since; the copier downloads again what it did not store) and returns how
+// many. Call it before the copier runs. On Unix a file removed while
+// another process writes it stays that process's until it closes it.
+func RemoveSpoolLeftovers(dir string) (int, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, spoolPattern))
+	if err != nil {
+		return 0, err
+	}
+	for i, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return i, fmt.Errorf("remove a former download %s: %w", p, err)
+		}
+	}
+	return len(paths), nil
+}
 
 // spool holds one download until it is complete and hashed: in memory up to
 // memMax bytes (buffers are pooled), then in a temporary file. This is what
@@ -35,7 +59,7 @@ func (s *spool) Write(p []byte) (int, error) {
 			s.n += int64(len(p))
 			return s.buf.Write(p)
 		}
-		f, err := os.CreateTemp(s.dir, "surveysync-file-*.part")
+		f, err := os.CreateTemp(s.dir, spoolPattern)
 		if err != nil {
 			return 0, fmt.Errorf("spool: %w", err)
 		}
