@@ -50,7 +50,11 @@ type SendEntry struct {
 // FeedLedger is the durable audit of pushes and sends. Record* return only
 // once the entries are durable. Load* call fn for the entries of one feed;
 // for a given key (or batch) a later call overrides an earlier one, and
-// implementations may call fn only with the latest entry.
+// implementations may call fn only with the latest entry. "Later" is the
+// highest Version for ClickHouse (argMax) and the recording order for the
+// file ledger: source/feed records so that both agree, and its loader
+// applies a release (state "released", Version = its intent's + 1) only
+// to the intent it follows.
 type FeedLedger interface {
 	LoadContacts(ctx context.Context, feed string, fn func(ContactEntry) error) error
 	RecordContacts(ctx context.Context, entries []ContactEntry) error
