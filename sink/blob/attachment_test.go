@@ -82,6 +82,34 @@ func TestUploadsStoredAsAttachments(t *testing.T) {
 	})
 }
 
+func TestStoredContentType(t *testing.T) {
+	for in, want := range map[string]string{
+		"image/jpeg":                     "image/jpeg",
+		"Image/PNG":                      "image/png",
+		"application/pdf":                "application/pdf",
+		"text/csv; charset=windows-1250": "text/csv; charset=windows-1250",
+		"text/html":                      "application/octet-stream",
+		"text/html; charset=utf-8":       "application/octet-stream",
+		"application/xhtml+xml":          "application/octet-stream",
+		"image/svg+xml":                  "application/octet-stream",
+		"application/atom+xml":           "application/octet-stream",
+		"application/javascript":         "application/octet-stream",
+		"text/ecmascript":                "application/octet-stream",
+		"multipart/x-mixed-replace":      "application/octet-stream",
+		"message/rfc822":                 "application/octet-stream",
+		"application/x-shockwave-flash":  "application/octet-stream",
+		"text/xsl":                       "application/octet-stream",
+		"":                               "application/octet-stream",
+		"html":                           "application/octet-stream",
+		"text/plain; charset=\"\x01\"":   "text/plain",
+		"image/png; name=x.html":         "image/png",
+	} {
+		if got := storedContentType(in); got != want {
+			t.Errorf("storedContentType(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // Go's own parser reads the name back from filename*.
 func TestContentDispositionRoundTrips(t *testing.T) {
 	for _, name := range []string{czechName, "a=b;c,d@e.png", `quo"te\back.txt`, "日本語.docx", "x y+z%20.pdf"} {

@@ -300,8 +300,8 @@ func rfc5987(s string) string {
 // may render as a page or run — HTML, XHTML, SVG, XML of any kind,
 // JavaScript, anything scripted — and for an unreadable or missing one.
 // A respondent chooses what they upload: opened from a bucket, an HTML
-// file would run in the bucket's origin. The parameters (charset) are
-// dropped with the type they qualify, kept otherwise.
+// file would run in the bucket's origin. Of the parameters only a plain
+// charset is kept (and dropped with a risky type).
 func storedContentType(ct string) string {
 	const safe = "application/octet-stream"
 	mt, params, err := mime.ParseMediaType(ct)
@@ -311,7 +311,15 @@ func storedContentType(ct string) string {
 	if riskyMediaType(mt) {
 		return safe
 	}
-	return mime.FormatMediaType(mt, params)
+	// Only a plain charset is kept of the parameters.
+	keep := map[string]string{}
+	if cs := params["charset"]; cs != "" && len(cs) <= 40 && strings.Trim(strings.ToLower(cs), "abcdefghijklmnopqrstuvwxyz0123456789-_.:") == "" {
+		keep["charset"] = cs
+	}
+	if out := mime.FormatMediaType(mt, keep); out != "" {
+		return out
+	}
+	return safe
 }
 
 // riskyMediaType reports whether a browser may render or run media type mt
