@@ -27,7 +27,7 @@ func countRows(t *testing.T, s *Sink, query string) uint64 {
 	return n
 }
 
-func writeBatch(t *testing.T, s *Sink, rs []testResponse) {
+func writeBatch(t testing.TB, s *Sink, rs []testResponse) {
 	t.Helper()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
