@@ -49,7 +49,24 @@ start)
 		fi
 		start_node "$n"
 	fi
-	wait_node "$n" "$wait_seconds"
+	if ! wait_node "$n" "$wait_seconds"; then
+		# A replica SIGKILLed while it fetched a part of a small replicated
+		# table (schema_migrations, migration_lock, a checkpoint) can refuse
+		# to start: "The local set of parts of table … doesn't look like the
+		# set of parts in ZooKeeper" (ClickHouse 18.x counts the just-fetched
+		# part as suspicious, and it is all of the table's rows). What an
+		# operator does (docs/operations.md): start it once with the
+		# force_restore_data flag, which moves the unexpected parts aside and
+		# fetches them again from the other replica.
+		if node_pid "$n" >/dev/null ||
+			! tail -n 50 "$CLUSTER_DIR/n$n/log/clickhouse-server.err.log" 2>/dev/null | grep -q "look like the set of parts in ZooKeeper"; then
+			exit 1
+		fi
+		echo "cluster-node: node $n refused its parts after a kill; starting it with flags/force_restore_data" >&2
+		touch "$CLUSTER_DIR/n$n/data/flags/force_restore_data"
+		start_node "$n"
+		wait_node "$n" "$wait_seconds"
+	fi
 	echo "cluster-node: node $n answers on 127.0.0.1:$(node_tcp_port "$n") (pid $(cat "$CLUSTER_DIR/n$n/clickhouse.pid" 2>/dev/null || echo '?'))" >&2
 	;;
 *) usage ;;

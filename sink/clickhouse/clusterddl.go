@@ -148,8 +148,16 @@ ORDER BY name DESC LIMIT 1`, DDLQueuePath, `\b`+s.opts.Database+`\b`).Scan(&name
 		}
 		done[f] = true
 	}
+	// A node removed from the cluster since never finishes the task
+	// (until the server drops it, a week later): only the cluster's
+	// current nodes count.
+	members, err := s.strings(ctx, "SELECT concat(host_name, ':', toString(port)) FROM system.clusters WHERE cluster = ?", s.opts.Cluster)
+	if err != nil {
+		s.log.Debug("system.clusters not readable", "err", err)
+		return nil
+	}
 	for _, h := range t.hosts {
-		if !done[h] {
+		if !done[h] && slices.Contains(members, h) {
 			t.unfinished = append(t.unfinished, h)
 		}
 	}
