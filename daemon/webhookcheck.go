@@ -18,18 +18,18 @@ import (
 // without asking the service, so the cost is bounded per survey instead of
 // per event:
 //
-//   - an id already known to be absent (a bounded, expiring set) costs no
-//     call;
+//   - an id already known to be absent (a bounded, expiring set) is never
+//     fetched without the check below;
 //   - at most directMax events of a survey are fetched at once without a
 //     check (a burst of real webhooks waits for a slot, as it would for
 //     the API's own concurrency);
 //   - a survey whose webhooks named absent responses lately (missThreshold
 //     within missWindow) is "flooded": its webhooks are checked against a
-//     listing before any detail call: one list call
-//     per status named by the waiting events (paged, at most listMaxPages)
-//     answers every event received before it started, and at most one
-//     listing per listMinInterval is made per survey. A listed response is
-//     fetched and written as usual; an unlisted one is not fetched.
+//     listing before any detail call. One list call per status named by
+//     the waiting events (paged, at most listMaxPages) answers every event
+//     received before it started; a survey has one listing in flight at a
+//     time, at most one per listMinInterval. A listed response is fetched
+//     and written as usual; an unlisted one is not fetched.
 //
 // Nothing is lost: an absent response's survey joins the polling set (as a
 // 404 on the detail did before), so a response that appears later — the
@@ -42,7 +42,7 @@ const (
 	missWindow      = time.Minute
 	missThreshold   = 3
 	directMax       = 8
-	listMinInterval = 500 * time.Millisecond
+	listMinInterval = 250 * time.Millisecond
 	listPerPage     = 1000
 	listMaxPages    = 10
 	// listLookback bounds how far back a listing reaches: a webhook's
@@ -52,6 +52,10 @@ const (
 	// listSlack widens a listing's start below the completion it looks for
 	// (the service's clock against ours, rounding).
 	listSlack = 2 * time.Minute
+	// listReach is how far back every listing reaches at least, so that
+	// one made for some events also answers the others arriving meanwhile
+	// (a real webhook among junk ones dated now) without another listing.
+	listReach = 10 * time.Minute
 	// absentTTL and absentMax bound the set of ids known to be absent.
 	absentTTL = 15 * time.Minute
 	absentMax = 100_000
@@ -399,6 +403,9 @@ func (c *webhookChecks) run(ctx context.Context, surveyID int64, s *surveyCheck,
 	s.inflight = r.done
 	start := c.now()
 	s.lastStart = start
+	if reach := start.Add(-listReach); reach.Before(r.from) {
+		r.from = reach
+	}
 	l := &listing{at: start, from: r.from, statuses: slices.Clone(r.statuses), ids: map[survey.GUID]struct{}{}, complete: true}
 	c.mu.Unlock()
 	for _, st := range l.statuses {
