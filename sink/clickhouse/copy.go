@@ -248,7 +248,8 @@ func (s *Sink) copyTable(ctx context.Context, from driver.Conn, src CopySource, 
 		return r, fmt.Errorf("clickhouse: copy %s: count the copy's current rows: %w", table, err)
 	}
 	if r.SourceKeys != r.TargetKeys {
-		return r, fmt.Errorf("clickhouse: copy %s: the source has %d current rows, the copy %d", table, r.SourceKeys, r.TargetKeys)
+		return r, fmt.Errorf("clickhouse: copy %s: the source has %d current rows, the copy %d: the target database held rows the source lacks "+
+			"(copy into a new, empty database) or the source changed during the copy (stop its daemon, then run the same command again)", table, r.SourceKeys, r.TargetKeys)
 	}
 	return r, nil
 }

@@ -40,7 +40,8 @@ func (l *lockedBuf) String() string {
 // missing migration, a missing table, an insert the target refuses,
 // current rows that differ, a hostile column name in wide_columns — fires
 // with an error that names what failed and never the password; nor does
-// the log.
+// the log. (Also a migration the target does not know and a bad database
+// name; every error leaves CopyFrom through one redaction besides.)
 func TestCopyFromPasswordNeverInQueriesNorErrors(t *testing.T) {
 	const pw = "Copy-pw-'quoted'\\x-s3cret"
 	srv := chserver.Start(t, pw)
@@ -122,6 +123,11 @@ func TestCopyFromPasswordNeverInQueriesNorErrors(t *testing.T) {
 	exec(fmt.Sprintf("INSERT INTO %s.schema_migrations SELECT * FROM %s", empty, src.table("schema_migrations")))
 	bad.Database = partial
 	noPassword("a missing migration", copyTo(dst, bad), "lacks migration")
+	exec(fmt.Sprintf("INSERT INTO %s.schema_migrations SELECT * FROM %s", partial, src.table("schema_migrations")))
+	exec(fmt.Sprintf("INSERT INTO %s.schema_migrations SELECT toUInt32(99999), name, applied_at FROM %s LIMIT 1", partial, src.table("schema_migrations")))
+	noPassword("a migration the target does not know", copyTo(dst, bad), "migration 99999")
+	bad.Database = "no-such;db"
+	noPassword("a bad database name", copyTo(dst, bad), "must match")
 	bad.Database = empty
 	noPassword("a missing table", copyTo(dst, bad), "read "+empty+".answers")
 
