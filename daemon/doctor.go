@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/dirlock"
 	"github.com/surveysync/surveysync/internal/ha"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/record"
+	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -81,6 +84,9 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 		if holders, known := Holders(ctx, cfg, wh); known && len(holders) > 0 {
 			info("a daemon writes this warehouse: %s (run refuses a second one: docs/operations.md, \"One daemon per data directory or database\")", strings.Join(holders, "; "))
 		}
+	}
+	if len(cfg.ClickHouse.Addr) == 0 {
+		checkLocalState(ctx, cfg, check, info)
 	}
 	daemonRuns := false
 	if addr := Addr(cfg); addr != "" {
@@ -201,4 +207,34 @@ func checkQuery(ctx context.Context, conn record.QueryConn, query string) error 
 	}
 	rows.Close()
 	return rows.Err()
+}
+
+// checkLocalState reports the Parquet folder's local files that are
+// damaged: a failure with the fix for those run refuses on, a fact for
+// those it moves aside (docs/operations.md, "Damaged local state").
+func checkLocalState(ctx context.Context, cfg *config.Config, check func(string, error, string), info func(string, ...any)) {
+	dir, err := filepath.Abs(cfg.Parquet.Dir)
+	if err != nil {
+		return
+	}
+	held, _ := dirlock.Held(dir)
+	bad, busy := 0, 0
+	for _, f := range parquet.CheckLocalState(ctx, dir, held) {
+		switch {
+		case f.InUse:
+			busy++
+		case f.Err == nil:
+		case f.Refused:
+			bad++
+			check("local file "+f.Path, f.Err, "the error says what the file records and the command that fixes it: docs/operations.md, \"Damaged local state\"")
+		default:
+			info("local file %s is damaged (%v): run moves it aside and goes on; lost: %s", f.Path, f.Err, f.Lost)
+		}
+	}
+	if busy > 0 {
+		info("%d bbolt file(s) under %s not checked: a daemon holds the folder (it checked them when it started)", busy, dir)
+	}
+	if bad == 0 {
+		check("local state under "+dir, nil, "")
+	}
 }

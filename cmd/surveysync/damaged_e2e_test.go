@@ -214,6 +214,14 @@ func TestDamagedLocalStateRecoversOrRefuses(t *testing.T) {
 				if err := os.WriteFile(path, d.fn(raw), 0o600); err != nil {
 					t.Fatal(err)
 				}
+				// doctor says so first, changing nothing.
+				dcode, dout := runBinary(t, time.Minute, "doctor", "--config", cfg)
+				switch {
+				case c.refuse != nil && (dcode != 1 || !strings.Contains(dout, "FAIL  local file "+path)):
+					t.Errorf("doctor: exit %d, want a FAIL naming %s:\n%s", dcode, path, dout)
+				case c.refuse == nil && c.file != ".surveysync.lock" && !strings.Contains(dout, "info  local file "+path+" is damaged"):
+					t.Errorf("doctor: no line naming %s:\n%s", path, dout)
+				}
 				code, out := runBinary(t, 2*time.Minute, "run", "--config", cfg, "--exit-when-synced")
 				if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
 					t.Fatalf("a panic:\n%s", tail(out, 40))
@@ -248,6 +256,9 @@ func TestDamagedLocalStateRecoversOrRefuses(t *testing.T) {
 					}
 				}
 				c.fix(t, cfg, path, out)
+				if dcode, dout := runBinary(t, time.Minute, "doctor", "--config", cfg); dcode != 0 || !strings.Contains(dout, "ok    local state under ") {
+					t.Errorf("doctor after the fix: exit %d\n%s", dcode, dout)
+				}
 				if code, out := runBinary(t, 2*time.Minute, "run", "--config", cfg, "--exit-when-synced"); code != 0 {
 					t.Fatalf("after the fix: exit %d\n%s", code, tail(out, 30))
 				}

@@ -225,3 +225,58 @@ func TestDamagedRejectsFileIsMovedAside(t *testing.T) {
 		})
 	}
 }
+
+// CheckLocalState finds each damaged file without changing any: refused
+// ones with the fix, the others with what moving them aside costs.
+func TestCheckLocalState(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	wh, err := OpenWarehouse(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	if err := wh.SaveStates(ctx, []pipeline.StreamState{{SurveyID: 1, Stream: pipeline.StreamCompleted, Watermark: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wh.Privacy().RecordPrivacyRules(ctx, []byte(`{"fields":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	recordErasures(t, wh.Eraser(), 2)
+	l, err := wh.FeedLedger()
+	if err != nil || l.RecordContacts(ctx, []record.ContactEntry{{Feed: "f", Key: "k", State: "pushed"}}) != nil {
+		t.Fatal(err)
+	}
+	wh.Close()
+	if fs := CheckLocalState(ctx, dir, false); len(fs) != 4 {
+		t.Fatalf("found %+v, want 4 sound files", fs)
+	} else {
+		for _, f := range fs {
+			if f.Err != nil || f.InUse {
+				t.Errorf("%s: %v", f.Path, f.Err)
+			}
+		}
+	}
+	damaged := map[string]bool{}
+	for _, name := range []string{"_state/sync_state.json", "_state/privacy.json", "_state/erasures.jsonl", "_feeds/ledger.db"} {
+		garble(t, filepath.Join(dir, name), garblings[2].fn)
+		damaged[filepath.Join(dir, name)] = true
+	}
+	before, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	for _, f := range CheckLocalState(ctx, dir, false) {
+		if !damaged[f.Path] || f.Err == nil {
+			t.Errorf("%s: %v", f.Path, f.Err)
+		}
+		if f.Refused == strings.HasSuffix(f.Path, "sync_state.json") || !f.Refused && f.Lost == "" {
+			t.Errorf("%s: refused %v, lost %q", f.Path, f.Refused, f.Lost)
+		}
+	}
+	if after, _ := filepath.Glob(filepath.Join(dir, "*", "*")); len(after) != len(before) {
+		t.Errorf("files changed: %v → %v", before, after)
+	}
+	for _, f := range CheckLocalState(ctx, dir, true) {
+		if strings.HasSuffix(f.Path, ".db") != f.InUse {
+			t.Errorf("held: %s in use %v", f.Path, f.InUse)
+		}
+	}
+}
