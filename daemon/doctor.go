@@ -109,8 +109,11 @@ func Doctor(ctx context.Context, cfg *config.Config, report func(Check)) {
 	}
 	if cfg.HA.Enabled() {
 		el, herr := ha.Probe(ctx, cfg.HA.Servers, cfg.HARoot(), HAAuth(cfg), 5*time.Second)
-		check(fmt.Sprintf("ha servers %s (election under %s)", strings.Join(cfg.HA.Servers, ","), cfg.HARoot()), herr,
-			"check ha.servers: the client port (usually 2181) of the ZooKeeper or ClickHouse Keeper ensemble, reachable from this machine")
+		fix := "check ha.servers: the client port (usually 2181) of the ZooKeeper or ClickHouse Keeper ensemble, reachable from this machine"
+		if ha.NoAuth(herr) {
+			fix = "give this daemon the ha.username and ha.password (SURVEYSYNC_HA__PASSWORD) of the others: docs/operations.md, \"ZooKeeper authentication\""
+		}
+		check(fmt.Sprintf("ha servers %s (election under %s)", strings.Join(cfg.HA.Servers, ","), cfg.HARoot()), herr, fix)
 		if herr == nil {
 			switch len(el.Candidates) {
 			case 0:

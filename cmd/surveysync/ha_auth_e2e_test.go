@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -80,6 +81,21 @@ func TestHAZooKeeperAuth(t *testing.T) {
 	}
 	if strings.Contains(string(out), password) {
 		t.Error("the password is in doctor's output")
+	}
+	// doctor without the credentials says which to set.
+	b, err := os.ReadFile(ds[0].cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anonCfg := filepath.Join(t.TempDir(), "anon.yaml")
+	if err := os.WriteFile(anonCfg, []byte(strings.Replace(string(b), "  username: "+user+"\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc := exec.Command(binPath, "doctor", "--config", anonCfg)
+	doc.Env = cliEnv()
+	out, _ = doc.CombinedOutput()
+	if !strings.Contains(string(out), "not authenticated") || !strings.Contains(string(out), "ZooKeeper authentication") {
+		t.Errorf("doctor without the credentials:\n%s", out)
 	}
 
 	leader.kill(t)

@@ -98,6 +98,10 @@ func (a Auth) authenticate(conn *zk.Conn) error {
 	return nil
 }
 
+// NoAuth reports whether err is ZooKeeper's refusal of this client's
+// credentials (or of their absence) by a znode's ACL.
+func NoAuth(err error) bool { return errors.Is(err, zk.ErrNoAuth) }
+
 // noAuth explains a ZooKeeper refusal of this daemon's credentials.
 func (a Auth) noAuth(err error, node string) error {
 	if !errors.Is(err, zk.ErrNoAuth) {
