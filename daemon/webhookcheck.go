@@ -2,11 +2,15 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
+	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/webhookrx"
 )
@@ -62,7 +66,11 @@ const (
 	// readableTTL is how long a survey's readability (one list call) is
 	// trusted; surveysMax bounds the surveys tracked.
 	readableTTL = 10 * time.Minute
-	surveysMax  = 10_000
+	// endCheckInterval and endCheckBurst bound the calls confirming a
+	// survey's survey_ended events.
+	endCheckInterval = 10 * time.Second
+	endCheckBurst    = 3
+	surveysMax       = 10_000
 )
 
 // responseKey names a response of a survey.
@@ -201,6 +209,8 @@ type surveyCheck struct {
 	inflight   chan struct{} // closed when the round making its calls ends
 	lastStart  time.Time     // when the newest round started
 	readableAt time.Time     // the last list call that answered
+	endLimit   *rate.Limiter // calls confirming a survey_ended
+	liveAfter  time.Time     // the latest claimed end found contradicted (responses started after it)
 }
 
 // webhookChecks holds the per-survey state. Its zero value is not usable;
@@ -435,4 +445,47 @@ func (c *webhookChecks) run(ctx context.Context, surveyID int64, s *surveyCheck,
 	s.readableAt = c.now()
 	c.mu.Unlock()
 	r.res = l
+}
+
+// startEndCheck admits one call confirming a survey_ended that claims the
+// survey ended at: an error says why none is made (the end is known false,
+// or the survey had endCheckBurst calls lately: one more per
+// endCheckInterval). endEndCheck must follow an admitted call.
+func (c *webhookChecks) startEndCheck(surveyID int64, at time.Time) (*rate.Reservation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.survey(surveyID)
+	if !s.liveAfter.IsZero() && !at.After(s.liveAfter) {
+		return nil, fmt.Errorf("survey %d: survey_ended says it ended at %s, but the service listed responses started after %s: the survey is live; not acted on (a forged or mistaken event), the survey keeps its cadence",
+			surveyID, at.UTC().Format(time.RFC3339), s.liveAfter.UTC().Format(time.RFC3339))
+	}
+	if s.endLimit == nil {
+		s.endLimit = rate.NewLimiter(rate.Every(endCheckInterval), endCheckBurst)
+	}
+	now := c.now()
+	r := s.endLimit.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return nil, fmt.Errorf("survey %d: survey_ended not confirmed: %d of this survey were checked lately (one more per %v): not acted on, the survey keeps its cadence",
+			surveyID, endCheckBurst, endCheckInterval)
+	}
+	return r, nil
+}
+
+// endEndCheck records a confirming call's answer: live, the claimed end is
+// false (and any earlier one); a call that failed transiently does not
+// count (the event is retried).
+func (c *webhookChecks) endEndCheck(surveyID int64, at time.Time, res *rate.Reservation, err error, live bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.survey(surveyID)
+	switch {
+	case err != nil && !errors.Is(err, surveyapi.ErrForbidden) && !errors.Is(err, survey.ErrNotFound):
+		res.CancelAt(c.now())
+	case err == nil:
+		s.readableAt = c.now()
+		if live && at.After(s.liveAfter) {
+			s.liveAfter = at
+		}
+	}
 }

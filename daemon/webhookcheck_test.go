@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,5 +178,44 @@ func TestAbsentSetIsBounded(t *testing.T) {
 	}
 	if a.has(responseKey{survey: 1, id: guid(0)}, now) || !a.has(responseKey{survey: 1, id: guid(absentMax + 9)}, now) {
 		t.Fatal("not the oldest entries evicted")
+	}
+}
+
+// survey_ended checks: an end no later than one found contradicted costs
+// no call; endCheckBurst calls, then one per endCheckInterval; a call that
+// failed transiently does not count.
+func TestSurveyEndedChecksAreBounded(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	c := newWebhookChecks(&listStub{}, func() time.Time { return now })
+	end := now.Add(-30 * time.Minute)
+	r, err := c.startEndCheck(7, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.endEndCheck(7, end, r, nil, true) // live: responses started after end
+	if _, err := c.startEndCheck(7, end.Add(-time.Hour)); err == nil || !strings.Contains(err.Error(), "the survey is live") {
+		t.Fatalf("an earlier end than one found false: %v", err)
+	}
+	for i := range endCheckBurst - 1 {
+		r, err := c.startEndCheck(7, now)
+		if err != nil {
+			t.Fatalf("check %d refused: %v", i+2, err)
+		}
+		c.endEndCheck(7, now, r, nil, false)
+	}
+	if _, err := c.startEndCheck(7, now); err == nil {
+		t.Fatal("a check beyond the burst admitted")
+	}
+	now = now.Add(endCheckInterval)
+	r, err = c.startEndCheck(7, now)
+	if err != nil {
+		t.Fatalf("no check after endCheckInterval: %v", err)
+	}
+	c.endEndCheck(7, now, r, errors.New("503 Service unavailable"), false)
+	if _, err := c.startEndCheck(7, now); err != nil {
+		t.Fatalf("a failed call counted: %v", err)
+	}
+	if _, err := c.startEndCheck(8, now); err != nil {
+		t.Fatalf("another survey limited: %v", err)
 	}
 }

@@ -219,7 +219,11 @@ const endSkew = time.Minute
 // call: the responses started after the claimed end, in progress
 // (status partial, the first to show a survey that takes answers). A survey
 // that ended has none; one that lists any is live, and the event is
-// rejected. An end dated in the future is rejected without a call.
+// rejected. An end dated in the future is rejected without a call, and so
+// is one no later than an end already found contradicted; a survey gets
+// endCheckBurst such calls, then one per endCheckInterval, and the events beyond
+// are rejected (the safe side: the survey keeps its cadence), so a flood of
+// them costs a call per survey and interval, not one each.
 //
 // What one call cannot see: an end dated a moment ago on a live survey
 // whose next respondent has not started yet. Such a survey goes to the
@@ -230,15 +234,24 @@ func (w *webhookProcessor) confirmEnded(ctx context.Context, surveyID int64, at 
 		return permanent.New("webhook", fmt.Errorf("survey %d: survey_ended dates the end %s, in the future (now %s): not acted on; the survey keeps its cadence",
 			surveyID, at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 	}
+	c := w.check()
+	res, err := c.startEndCheck(surveyID, at)
+	if err != nil {
+		return permanent.New("webhook", err)
+	}
 	l, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1, StartStartedAt: at, Status: survey.StatusPartial})
+	n := 0
+	if l != nil {
+		n = max(l.Total, len(l.Data))
+	}
+	c.endEndCheck(surveyID, at, res, err, n > 0)
 	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
 		return permanent.New("webhook", fmt.Errorf("survey %d, which the API token cannot read: survey_ended not acted on: %w", surveyID, err))
 	}
 	if err != nil {
 		return final(err)
 	}
-	w.check().markReadable(surveyID)
-	if n := max(l.Total, len(l.Data)); n > 0 {
+	if n > 0 {
 		return permanent.New("webhook", fmt.Errorf("survey %d: survey_ended says it ended at %s, but the service lists %d responses started since: the survey is live; not acted on (a forged or mistaken event), the survey keeps its cadence",
 			surveyID, at.UTC().Format(time.RFC3339), n))
 	}

@@ -201,18 +201,28 @@ func TestJunkWebhookFloodDoesNotStarveRealOnes(t *testing.T) {
 }
 
 // A forged survey_ended for a live survey (responses started after the end
-// it claims) is rejected after one list call: the survey keeps its cadence
-// and ended_at stays empty. The emulator's own survey_ended (nothing started
-// since) is acted on.
+// it claims) is rejected after one list call, and 500 more of it without a
+// call: the survey keeps its cadence and ended_at stays empty. One dated in
+// the future is rejected without a call. The emulator's own survey_ended
+// (nothing started since) is acted on.
 func TestForgedSurveyEndedLeavesLiveSurveyPolled(t *testing.T) {
 	f := startFloodEnv(t, 83)
 	sid := f.e.ids[0]
 	before := f.e.sim.Calls()
-	f.post(t, 1, [][]byte{fmt.Appendf(nil, `{"event_name":"survey_ended","survey_id":%d,"ended_at":%q}`, sid, f.clock.Add(-30*time.Minute).Format(time.RFC3339))})
+	forged := fmt.Sprintf(`{"event_name":"survey_ended","survey_id":%d,"ended_at":%q`, sid, f.clock.Add(-30*time.Minute).Format(time.RFC3339))
+	f.post(t, 1, [][]byte{[]byte(forged + "}")})
 	f.waitCount(t, "the forged survey_ended logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE event_name = 'survey_ended' AND outcome = 'rejected' AND error LIKE '%%the survey is live%%'", 1, 10*time.Second)
+	// 500 more of them (bodies made distinct, so none is a duplicate):
+	// known false, they cost no call.
+	var flood [][]byte
+	for i := range 500 {
+		flood = append(flood, fmt.Appendf(nil, `%s,"n":%d}`, forged, i))
+	}
+	f.post(t, 8, flood)
+	f.waitCount(t, "the forged survey_ended flood logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE event_name = 'survey_ended' AND outcome = 'rejected' AND error LIKE '%%the survey is live%%'", 501, 20*time.Second)
 	lists := f.e.sim.Calls()[sim.OpListResponses] - before[sim.OpListResponses]
 	if lists != 1 {
-		t.Errorf("the forged survey_ended cost %d list calls, want 1", lists)
+		t.Errorf("501 forged survey_ended events cost %d list calls, want 1", lists)
 	}
 	// A future end is refused without a call.
 	f.post(t, 1, [][]byte{fmt.Appendf(nil, `{"event_name":"survey_ended","survey_id":%d,"ended_at":%q}`, sid, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))})
