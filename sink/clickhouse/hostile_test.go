@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // hostileNames are column names built to break out of a quoted identifier:
@@ -158,19 +160,22 @@ func checkHostileErr(t *testing.T, what string, err error, survey, question int6
 	}
 }
 
-// waitMutations waits until the database's mutations are done.
+// waitMutations waits until the database's mutations are done on every
+// node (in cluster mode, each replica applies them on its own).
 func waitMutations(t *testing.T, s *Sink) {
 	t.Helper()
 	ctx := ctxT(t)
-	for range 200 {
-		var n uint64
-		if err := s.Conn().QueryRow(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND is_done = 0", s.Database()).Scan(&n); err != nil {
-			t.Fatal(err)
+	eachNode(t, func(addr string, c driver.Conn) {
+		for range 400 {
+			var n uint64
+			if err := c.QueryRow(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND is_done = 0", s.Database()).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // the server's mutation: no event to wait on
 		}
-		if n == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // the server's mutation: no event to wait on
-	}
-	t.Fatal("mutations not done")
+		t.Fatalf("%s: mutations not done", addr)
+	})
 }
