@@ -85,23 +85,25 @@ type responseKey struct {
 type absentSet struct {
 	mu   sync.Mutex
 	at   map[responseKey]time.Time
-	ring []responseKey // insertion order, absentMax slots
-	next int
+	ring []responseKey // insertion order, at most absentMax
+	next int           // the oldest slot once ring is full
 }
 
 func newAbsentSet() *absentSet {
-	return &absentSet{at: map[responseKey]time.Time{}, ring: make([]responseKey, absentMax)}
+	return &absentSet{at: map[responseKey]time.Time{}}
 }
 
 func (a *absentSet) add(k responseKey, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.at[k]; !ok {
-		if old := a.ring[a.next]; old.id != "" {
-			delete(a.at, old)
+		if len(a.ring) < absentMax { // grows as ids come, up to absentMax
+			a.ring = append(a.ring, k)
+		} else {
+			delete(a.at, a.ring[a.next])
+			a.ring[a.next] = k
+			a.next = (a.next + 1) % absentMax
 		}
-		a.ring[a.next] = k
-		a.next = (a.next + 1) % len(a.ring)
 	}
 	a.at[k] = now
 }

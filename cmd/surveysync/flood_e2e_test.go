@@ -49,6 +49,13 @@ func startFloodEnv(t *testing.T, seed int64) *floodEnv {
 // answered 200.
 func (f *floodEnv) post(t *testing.T, clients int, bodies [][]byte) {
 	t.Helper()
+	if err := f.postCounting(clients, bodies, nil); err != nil {
+		t.Fatalf("posting webhooks: %v", err)
+	}
+}
+
+// postCounting is post, counting the answered requests in sent (may be nil).
+func (f *floodEnv) postCounting(clients int, bodies [][]byte, sent *atomic.Int64) error {
 	var next atomic.Int64
 	var failed atomic.Value
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
@@ -74,13 +81,58 @@ func (f *floodEnv) post(t *testing.T, clients int, bodies [][]byte) {
 					failed.Store(fmt.Sprintf("status %d", resp.StatusCode))
 					return
 				}
+				if sent != nil {
+					sent.Add(1)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	if v := failed.Load(); v != nil {
-		t.Fatalf("posting webhooks: %v", v)
+		return fmt.Errorf("%v", v)
 	}
+	return nil
+}
+
+// addReal adds n completed responses to the emulator (it sends their
+// webhooks) and returns their ids and when each was added.
+func (f *floodEnv) addReal(t *testing.T, surveyID int64, n int) ([]survey.GUID, []time.Time) {
+	t.Helper()
+	var ids []survey.GUID
+	var added []time.Time
+	for range n {
+		r, err := f.e.sim.AddResponse(surveyID, survey.Response{ResponseStatus: survey.StatusCompleted,
+			DateCreated: survey.Time{Time: f.clock.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(f.clock.Add(-30 * time.Second))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		added = append(added, time.Now())
+		ids = append(ids, r.ResponseID)
+	}
+	return ids, added
+}
+
+// latencies waits for each response in responses_current and returns the
+// time from its addition (30 s at most).
+func (f *floodEnv) latencies(t *testing.T, ids []survey.GUID, added []time.Time) []time.Duration {
+	t.Helper()
+	lat := make([]time.Duration, len(ids))
+	for pending := len(ids); pending > 0; time.Sleep(10 * time.Millisecond) {
+		for i, id := range ids {
+			if lat[i] != 0 {
+				continue
+			}
+			q := fmt.Sprintf("SELECT count() FROM %%s.responses_current WHERE response_id = toUUID('%s')", id)
+			if f.count(t, q) == 1 {
+				lat[i] = time.Since(added[i])
+				pending--
+			}
+		}
+		if time.Since(added[0]) > 30*time.Second {
+			t.Fatalf("real webhooks not written 30 s after they were sent (latencies %v); output:\n%s", lat, tail(f.d.output(), 40))
+		}
+	}
+	return lat
 }
 
 func (f *floodEnv) count(t *testing.T, q string) uint64 {
@@ -121,8 +173,10 @@ func junkBody(surveyID int64, completedAt time.Time) []byte {
 // survey, from 32 senders), then 5 real ones (the emulator's own webhooks):
 // the real ones are in responses_current within 2 s each, the flood costs a
 // bounded number of API calls (not one detail per junk event), the log
-// has fewer than 100 warnings, every junk event is logged rejected, and a
-// junk id whose response appears afterwards is synced by its webhook.
+// has fewer than 100 warnings, every junk event is logged rejected. Five
+// more real ones sent while another 5,000 junk events come in are written
+// within 2 s too, and a junk id whose response appears afterwards is
+// synced by its webhook.
 func TestJunkWebhookFloodDoesNotStarveRealOnes(t *testing.T) {
 	f := startFloodEnv(t, 81)
 	sid := f.e.ids[0]
@@ -139,33 +193,8 @@ func TestJunkWebhookFloodDoesNotStarveRealOnes(t *testing.T) {
 	intake := time.Since(start)
 
 	// Five real responses: the emulator sends their webhooks.
-	var ids []survey.GUID
-	added := make([]time.Time, 5)
-	for i := range added {
-		r, err := f.e.sim.AddResponse(sid, survey.Response{ResponseStatus: survey.StatusCompleted,
-			DateCreated: survey.Time{Time: f.clock.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(f.clock.Add(-30 * time.Second))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		added[i] = time.Now()
-		ids = append(ids, r.ResponseID)
-	}
-	lat := make([]time.Duration, len(ids))
-	for pending := len(ids); pending > 0; time.Sleep(10 * time.Millisecond) {
-		for i, id := range ids {
-			if lat[i] != 0 {
-				continue
-			}
-			q := fmt.Sprintf("SELECT count() FROM %%s.responses_current WHERE response_id = toUUID('%s')", id)
-			if f.count(t, q) == 1 {
-				lat[i] = time.Since(added[i])
-				pending--
-			}
-		}
-		if time.Since(added[0]) > 30*time.Second {
-			t.Fatalf("real webhooks not written 30 s after the flood (latencies %v); output:\n%s", lat, tail(f.d.output(), 40))
-		}
-	}
+	ids, added := f.addReal(t, sid, 5)
+	lat := f.latencies(t, ids, added)
 	f.waitCount(t, "junk events logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE outcome = 'rejected'", junk, 60*time.Second)
 	drained := time.Since(start)
 	calls := f.e.sim.Calls()
@@ -185,6 +214,31 @@ func TestJunkWebhookFloodDoesNotStarveRealOnes(t *testing.T) {
 	if details > 5+50 || lists > 100 {
 		t.Errorf("the flood cost %d detail and %d list calls: not bounded", details, lists)
 	}
+
+	// Five more while another 5,000 junk events are coming in.
+	more := make([][]byte, junk)
+	for i := range more {
+		more[i] = junkBody(sid, time.Now())
+	}
+	var sent atomic.Int64
+	posted := make(chan error, 1)
+	go func() { posted <- f.postCounting(32, more, &sent) }()
+	for sent.Load() < junk/5 {
+		time.Sleep(time.Millisecond)
+	}
+	ids, added = f.addReal(t, sid, 5)
+	during := f.latencies(t, ids, added)
+	inFlood := sent.Load() < junk
+	if err := <-posted; err != nil {
+		t.Fatalf("posting the second flood: %v", err)
+	}
+	t.Logf("real webhook → row while the second flood came in (still coming in when the last was written: %v): %v", inFlood, during)
+	for i, l := range during {
+		if l > 2*time.Second {
+			t.Errorf("real webhook %d written %v after it was sent amid a flood, want < 2 s", i, l)
+		}
+	}
+	f.waitCount(t, "all junk events logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE outcome = 'rejected'", 2*junk, 60*time.Second)
 
 	// A response that did not exist when the flood named it, and appears
 	// afterwards: its own webhook brings it (checked against a listing,
