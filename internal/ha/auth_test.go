@@ -223,3 +223,38 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// ZooKeeper stopped past the session timeout and started again: the
+// client reconnects (resuming its session or opening a new one) and
+// presents the credentials again on the new connection, and a daemon leads
+// again; the candidate znodes still carry the digest ACL alone.
+func TestDigestAuthAfterZooKeeperRestart(t *testing.T) {
+	srv := zktest.Start(t)
+	root := zktest.Root(t)
+	auth := Auth{Username: "surveysync", Password: "zk-s3cret-pw"}
+	const timeout = 2 * time.Second
+	w := &world{}
+	a := startAuth(t, w, srv.Addr, root, "a", timeout, nil, auth)
+	b := startAuth(t, w, srv.Addr, root, "b", timeout, nil, auth)
+	waitFor(t, 10*time.Second, "one leads", func() bool { return len(leaders(a, b)) == 1 })
+	srv.Stop(t)
+	waitFor(t, timeout, "nobody leads", func() bool { return len(leaders(a, b)) == 0 && w.activeNow() == 0 })
+	time.Sleep(timeout + time.Second) // past the sessions' expiry
+	srv.Restart(t)
+	waitFor(t, 20*time.Second, "one leads again", func() bool { return len(leaders(a, b)) == 1 })
+	owner := connect(t, srv.Addr, auth)
+	var children []string
+	waitFor(t, 10*time.Second, "two candidates again", func() bool {
+		ch, _, err := owner.Children(root)
+		children = candidates(ch)
+		return err == nil && len(children) == 2
+	})
+	for _, ch := range children {
+		if got := aclOf(t, owner, root+"/"+ch); !slices.Equal(got, auth.acl()) {
+			t.Errorf("ACL of %s after the restart = %+v", ch, got)
+		}
+	}
+	if m := w.most(); m > 1 {
+		t.Fatalf("%d lead functions ran at once", m)
+	}
+}
