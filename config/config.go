@@ -54,6 +54,7 @@ type Config struct {
 	Privacy        Privacy    `koanf:"privacy"`
 	HA             HA         `koanf:"ha"`
 	Wide           Wide       `koanf:"wide"`
+	Verify         Verify     `koanf:"verify"`
 }
 
 // API is how surveysync calls the survey service (docs/api.md §5).
@@ -83,6 +84,21 @@ type Sync struct {
 	FetchConcurrency  int           `koanf:"fetch_concurrency"`       // response details fetched at once
 	Batch             Batch         `koanf:"batch"`
 }
+
+// Verify is the daemon's continuous verification (docs/operations.md,
+// "Verification"): every Interval each polled survey's streams are
+// compared with the warehouse, counts first.
+type Verify struct {
+	Interval time.Duration `koanf:"interval"` // between two passes over every survey; 0 disables
+	Sample   int           `koanf:"sample"`   // current responses re-read per survey per pass to compare their content
+	Repair   bool          `koanf:"repair"`   // re-read what differs through the pipeline
+}
+
+// The defaults of verify.*: values only the daemon uses.
+const (
+	DefaultVerifyInterval = time.Hour
+	DefaultVerifySample   = 10
+)
 
 // Batch bounds a write to the sinks: whichever limit is reached first
 // flushes.
@@ -453,6 +469,11 @@ func defaults() *Config {
 		}},
 		Feeds: []Feed{},
 		Wide:  Wide{Names: map[string]string{}},
+		Verify: Verify{
+			Interval: DefaultVerifyInterval,
+			Sample:   DefaultVerifySample,
+			Repair:   true,
+		},
 		Privacy: Privacy{
 			Fields: PrivacyFields{
 				IPAddress:      ActionKeep,

@@ -388,6 +388,7 @@ func (c *Config) validateMisc(p *problems) {
 		}
 		seen[name] = k
 	}
+	c.validateVerify(p)
 	e := &c.Demo.Emulator
 	if e.Enabled {
 		listenAddr(p, "demo.emulator.listen", e.Listen)
@@ -395,6 +396,24 @@ func (c *Config) validateMisc(p *problems) {
 		intRange(p, "demo.emulator.responses_per_survey", e.ResponsesPerSurvey, 0, 10_000_000)
 	}
 }
+
+// validateVerify checks verify.*: a pass lists each stream once, so it may
+// not come more often than the streams are polled.
+func (c *Config) validateVerify(p *problems) {
+	v := c.Verify
+	switch {
+	case v.Interval < 0:
+		p.add("verify.interval", "must be positive, or 0 to disable the daemon's verification (got %s)", FormatDuration(v.Interval))
+	case v.Interval > 0 && v.Interval < c.Sync.PollInterval:
+		p.add("verify.interval", "(%s) must be at least sync.poll_interval (%s): a difference is checked again a poll interval later before it counts",
+			FormatDuration(v.Interval), FormatDuration(c.Sync.PollInterval))
+	}
+	intRange(p, "verify.sample", v.Sample, 0, MaxVerifySample)
+}
+
+// MaxVerifySample bounds verify.sample: each sampled response costs one
+// detail call per survey per pass.
+const MaxVerifySample = 10_000
 
 var feedNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
