@@ -26,7 +26,8 @@ type dirWarehouse struct {
 	index  *FileIndex
 	ledger *FileLedger
 
-	eraseMu sync.Mutex // serialises appends to the erasures log
+	eraseMu  sync.Mutex // serialises appends to the erasures log
+	verifyMu sync.Mutex // serialises appends to the verification history
 }
 
 // OpenWarehouse opens the Parquet warehouse in o.Dir.

@@ -44,6 +44,8 @@ type Warehouse interface {
 	// Leases is nil when the backend keeps no leases of the daemons
 	// writing it (the Parquet folder is locked on disk instead).
 	Leases() Leases
+	// VerifyLog keeps the history of verification passes (verify_runs).
+	VerifyLog() VerifyLog
 	// Privacy records the privacy rules in effect and rewrites written
 	// data for stricter ones.
 	Privacy() PrivacyStore
