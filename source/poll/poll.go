@@ -29,6 +29,7 @@ package poll
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,9 +82,12 @@ type Options struct {
 	// the overlap. 10 min.
 	PartialRescanInterval time.Duration
 	ReconcileInterval     time.Duration // 6 h; negative disables
-	BackfillFrom          time.Time     // 2000-01-01
-	PerPage               int           // 1000
-	MaxWindowResponses    int           // 20 000
+	// OnReconcile hears what every reconcile pass found (the daemon's
+	// verification figures); nil: nobody. Called from the pass's goroutine.
+	OnReconcile        func(ReconcileReport)
+	BackfillFrom       time.Time // 2000-01-01
+	PerPage            int       // 1000
+	MaxWindowResponses int       // 20 000
 
 	// Scheduling (docs/architecture.md, "Freshness and cost"). A stream
 	// that found nothing new or changed for IdleAfter doubles its interval
@@ -442,5 +446,17 @@ func (p *Poller) States() []pipeline.StreamState {
 	for _, s := range p.state {
 		out = append(out, s)
 	}
+	return out
+}
+
+// Surveys returns the surveys being polled now, in ascending order.
+func (p *Poller) Surveys() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int64, 0, len(p.surveys))
+	for id := range p.surveys {
+		out = append(out, id)
+	}
+	slices.Sort(out)
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -235,12 +236,23 @@ func TestReconcileRereadsVanishedAndMissing(t *testing.T) {
 	}
 	have[resps[5].id] = "partial" // completed at the service since
 	sub := &fakeSub{}
-	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now }}, api, sub, &memStates{}, have)
+	var reports []ReconcileReport
+	p := New(Options{Statuses: []string{"completed", "partial"}, Now: func() time.Time { return now },
+		OnReconcile: func(r ReconcileReport) { reports = append(reports, r) }}, api, sub, &memStates{}, have)
 	if err := p.reconcile(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
 	if len(sub.got) != 3 || sub.got[resps[0].id] != 1 || sub.got[resps[9].id] != 1 || sub.got[resps[5].id] != 1 {
 		t.Fatalf("reconcile submitted %v, want the vanished, the missing and the changed one", sub.got)
+	}
+	// What it found reaches the verification figures: completed lists 9
+	// (resps[1:]) and the warehouse holds 8 completed (resps[0], [1:5],
+	// [6:9]); the missing resps[9] and the changed resps[5] are missing in
+	// completed, the changed one extra in partial, the vanished resps[0]
+	// extra in completed. 2 list calls and 3 re-reads.
+	want := []ReconcileStream{{Stream: "completed", Service: 9, Warehouse: 8, Missing: 2, Extra: 1}, {Stream: "partial", Service: 0, Warehouse: 1, Missing: 0, Extra: 1}}
+	if len(reports) != 1 || reports[0].Err != nil || !slices.Equal(reports[0].Streams, want) || reports[0].Calls != 5 {
+		t.Fatalf("reports %+v, want one with %+v and 5 calls", reports, want)
 	}
 }
 

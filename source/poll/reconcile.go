@@ -47,6 +47,14 @@ func (p *Poller) tryReconcile(ctx context.Context, surveyID int64) (ran bool, er
 
 func (p *Poller) reconcileSurvey(ctx context.Context, surveyID int64) (err error) {
 	start := p.o.Now()
+	var d *reconcileDiff
+	if p.o.OnReconcile != nil {
+		defer func() {
+			if ctx.Err() == nil { // a stop is no finding
+				p.o.OnReconcile(p.reconcileReport(surveyID, start, d, err))
+			}
+		}()
+	}
 	have, err := p.inv.CurrentResponses(ctx, surveyID)
 	if err != nil {
 		return fmt.Errorf("reconcile survey %d: read warehouse ids: %w", surveyID, err)
@@ -62,8 +70,8 @@ func (p *Poller) reconcileSurvey(ctx context.Context, surveyID int64) (err error
 	// The lists end a second after the pass started, as windows start a
 	// second early: whether the service's bounds are inclusive is not
 	// documented, and a response written before the pass must be listed.
-	d := &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, rejected: rejected,
-		listed: make(map[heldKey]struct{}, len(have))}
+	d = &reconcileDiff{survey: surveyID, until: start.Add(time.Second), have: have, rejected: rejected,
+		listed: make(map[heldKey]struct{}, len(have)), listedN: map[string]int64{}}
 	defer func() {
 		if errors.Is(err, errNotBelieved) {
 			p.spentDistrusted(d.calls)
@@ -75,9 +83,11 @@ func (p *Poller) reconcileSurvey(ctx context.Context, surveyID int64) (err error
 		}
 	}
 	vanished := d.vanished()
+	d.vanishedIDs = vanished
 	ids := slices.Concat(vanished, d.missing, d.changed)
 	sts := slices.Concat(make([]string, len(vanished)), d.missingSt, d.changedSt)
-	if err := p.reread(ctx, surveyID, start, ids, sts); err != nil {
+	d.rereads = int64(len(ids))
+	if err := p.reread(ctx, surveyID, start, "reconcile", ids, sts); err != nil {
 		return err
 	}
 	p.m.reconciled.WithLabelValues("vanished").Add(float64(len(vanished)))
@@ -101,7 +111,11 @@ type reconcileDiff struct {
 	// they were listed at (RejectInventory; nil without one).
 	rejected map[survey.GUID]string
 	listed   map[heldKey]struct{} // keyOf(survey, id): 16 bytes an id, not a string
+	listedN  map[string]int64     // ids listed per stream, each once
 	calls    int64                // list calls
+	rereads  int64                // responses re-read (one detail call each)
+
+	vanishedIDs []survey.GUID // set once every list was read
 
 	missing, changed     []survey.GUID
 	missingSt, changedSt []string
@@ -190,6 +204,7 @@ func (p *Poller) reconcilePass(ctx context.Context, d *reconcileDiff, stream str
 			added++
 			if !dup {
 				d.listed[k] = struct{}{}
+				d.listedN[stream]++
 				p.compare(d, it.ResponseID, stream)
 			}
 		}
@@ -226,15 +241,29 @@ func (p *Poller) compare(d *reconcileDiff, id survey.GUID, stream string) {
 	}
 }
 
+// Reread submits responses of a survey to the pipeline, each with the
+// status of the list that showed it ("" for one no list shows: the
+// pipeline writes its deletion when the service answers 404), and waits
+// until all are acknowledged. The daemon's verification repairs so
+// (source "verify": a pipeline metric label); unchanged details are
+// written again (the warehouse's rows may be what differs).
+func (p *Poller) Reread(ctx context.Context, surveyID int64, source string, ids []survey.GUID, listed []string) error {
+	if len(ids) != len(listed) {
+		return fmt.Errorf("reread survey %d: %d ids, %d statuses", surveyID, len(ids), len(listed))
+	}
+	now := p.o.Now()
+	return p.reread(ctx, surveyID, now, source, ids, listed)
+}
+
 // reread submits the responses a reconcile pass found, each held at its
 // listed status once written ("" for a vanished one), and waits until all
 // are acknowledged.
-func (p *Poller) reread(ctx context.Context, surveyID int64, start time.Time, ids []survey.GUID, sts []string) error {
+func (p *Poller) reread(ctx context.Context, surveyID int64, start time.Time, source string, ids []survey.GUID, sts []string) error {
 	tr := &tracker{done: make(chan struct{}, 1)}
 	w := tr.open(start, start)
 	noop := func() {}
 	for i, id := range ids {
-		if err := p.submit(ctx, tr, w, surveyID, id, "reconcile", sts[i], noop); err != nil {
+		if err := p.submit(ctx, tr, w, surveyID, id, source, sts[i], noop); err != nil {
 			tr.sealed(w)
 			return err
 		}
@@ -244,7 +273,7 @@ func (p *Poller) reread(ctx context.Context, surveyID int64, start time.Time, id
 		_, inflight, werr := tr.snapshot()
 		if inflight == 0 {
 			if werr != nil {
-				return fmt.Errorf("reconcile survey %d: %w", surveyID, werr)
+				return fmt.Errorf("%s survey %d: %w", source, surveyID, werr)
 			}
 			return nil
 		}
@@ -261,4 +290,75 @@ func (p *Poller) reread(ctx context.Context, surveyID int64, start time.Time, id
 func (p *Poller) rejectedAt(surveyID int64, id survey.GUID, stream string) bool {
 	h := p.held.get(surveyID, id)
 	return h&hsRejected != 0 && sameStatus(stream, h)
+}
+
+// ReconcileReport is what a reconcile pass found in one survey, before it
+// re-read the differences (Options.OnReconcile): the full id comparison
+// reports into the daemon's verification figures.
+type ReconcileReport struct {
+	SurveyID          int64
+	Started, Finished time.Time
+	// Streams has one entry per stream polled, in Options.Statuses' order.
+	Streams []ReconcileStream
+	// Calls are the pass's API calls: its list calls and one detail call
+	// per response re-read.
+	Calls int64
+	Err   error // the pass failed; Streams hold what it had found
+}
+
+// ReconcileStream is one stream's figures in a ReconcileReport. Service
+// is the ids its lists showed; Warehouse the current responses at a status
+// of the stream. Missing: listed, not current at a matching status (a
+// response held at another status is missing here and extra in the stream
+// of the status held). Extra: current at a status of the stream, listed by
+// no stream at that status.
+type ReconcileStream struct {
+	Stream                             string
+	Service, Warehouse, Missing, Extra int64
+}
+
+// reconcileReport summarises d (nil: the pass failed before listing).
+func (p *Poller) reconcileReport(surveyID int64, start time.Time, d *reconcileDiff, err error) ReconcileReport {
+	r := ReconcileReport{SurveyID: surveyID, Started: start, Finished: p.o.Now(), Err: err}
+	idx := map[string]int{}
+	for i, st := range p.o.Statuses {
+		idx[st] = i
+		r.Streams = append(r.Streams, ReconcileStream{Stream: st, Service: -1, Warehouse: -1})
+	}
+	if d == nil {
+		return r
+	}
+	r.Calls = d.calls + d.rereads
+	streamOfHeld := func(status string) (int, bool) {
+		i, ok := idx[status]
+		if !ok && status == survey.StatusDisqualified { // a quota-full response, detailed as disqualified
+			i, ok = idx[pipeline.StreamQuotaFull]
+		}
+		return i, ok
+	}
+	for i := range r.Streams {
+		r.Streams[i].Service = d.listedN[r.Streams[i].Stream]
+		r.Streams[i].Warehouse = 0
+	}
+	for _, status := range d.have {
+		if i, ok := streamOfHeld(status); ok {
+			r.Streams[i].Warehouse++
+		}
+	}
+	for _, st := range slices.Concat(d.missingSt, d.changedSt) {
+		if i, ok := idx[st]; ok {
+			r.Streams[i].Missing++
+		}
+	}
+	for _, id := range d.changed {
+		if i, ok := streamOfHeld(d.have[id]); ok {
+			r.Streams[i].Extra++
+		}
+	}
+	for _, id := range d.vanishedIDs {
+		if i, ok := streamOfHeld(d.have[id]); ok {
+			r.Streams[i].Extra++
+		}
+	}
+	return r
 }
