@@ -49,6 +49,9 @@ type Warehouse interface {
 	// Privacy records the privacy rules in effect and rewrites written
 	// data for stricter ones.
 	Privacy() PrivacyStore
+	// Verifier reads what verification compares with the service
+	// (package verify): a new reader per pass.
+	Verifier() VerifyReader
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error
