@@ -62,6 +62,7 @@ func openWarehouse(t *testing.T, backend string) warehouse.Warehouse {
 
 func newFixture(t *testing.T, backend string, n int) *fixture {
 	t.Helper()
+	wh := openWarehouse(t, backend) // first: it may skip the test
 	s, err := sim.New(sim.Options{Token: "t", Now: func() time.Time { return testNow }, Seed: 3, Surveys: []sim.SurveySpec{{
 		ID: testSurvey, Responses: n, Seed: 11, Start: testNow.Add(-time.Hour - time.Duration(n)*time.Minute),
 		Statuses: sim.StatusMix{Completed: 0.7, Disqualified: 0.1, QuotaFull: 0.1, Partial: 0.1}, LateCompletion: -1,
@@ -74,7 +75,6 @@ func newFixture(t *testing.T, backend string, n int) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := openWarehouse(t, backend)
 	t.Cleanup(func() { _ = wh.Close(); c.Close(); srv.Close(); s.Close() })
 	f := &fixture{sim: s, client: c, wh: wh, ver: 1}
 	var items []flatten.Item
