@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -10,10 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/pipeline/privacy"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
+	"github.com/surveysync/surveysync/survey"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 
@@ -106,14 +109,29 @@ func ClickHouseOptions(cfg *config.Config, log *slog.Logger, reg prometheus.Regi
 }
 
 // newReceiver builds the webhook receiver; it logs events in the
-// warehouse's webhook log when the warehouse has one.
-func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Processor, log *slog.Logger, reg prometheus.Registerer) (*webhookrx.Receiver, error) {
+// warehouse's webhook log when the warehouse has one. The privacy field
+// rules rewrite a body before the spool stores it, and erased (nil: none)
+// keeps erased responses out of the spool (docs/privacy.md, "The webhook
+// spool").
+func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Processor, policy *privacy.Policy, erased func(int64, survey.GUID) bool, log *slog.Logger, reg prometheus.Registerer) (*webhookrx.Receiver, error) {
 	w := cfg.Webhooks
 	if w.UnsignedAllowed() {
 		log.Warn("webhooks.standard_webhooks_secret is set but webhooks.require_signature is false: requests without signature headers are accepted, so the secret stops only senders that sign wrongly; remove require_signature: false to require a signature",
 			"component", "webhooks")
 	}
+	var redact func([]byte) []byte
+	var rules string
+	if policy.Enabled() {
+		redact = policy.Idempotent().WebhookBody
+		var err error
+		if rules, err = spoolRules(cfg); err != nil {
+			return nil, err
+		}
+	}
 	return webhookrx.New(webhookrx.Options{
+		Redact:                 redact,
+		RedactRules:            rules,
+		Erased:                 erased,
 		Listen:                 w.Listen,
 		Path:                   w.Path.Value(),
 		BasicAuthUser:          w.BasicAuth.Username,
@@ -129,6 +147,21 @@ func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Process
 		Logger:                 log.With("component", "webhooks"),
 		Registerer:             reg,
 	}, p, wh.WebhookLog())
+}
+
+// spoolRules names the privacy rules the webhook spool's bodies are
+// rewritten under (webhookrx.Options.RedactRules): the rules and the
+// key's fingerprint.
+func spoolRules(cfg *config.Config) (string, error) {
+	r, key, err := configuredRules(cfg)
+	if err != nil {
+		return "", err
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	return string(raw) + " key " + privacy.KeyFingerprint(key), nil
 }
 
 // reconcileInterval maps sync.reconcile_interval to poll's option: 0 in the

@@ -292,8 +292,11 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	d.surveys = pollingSet(cfg, d.book)
 	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.access, d.pipe, wh, log, reg)
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, log, reg); err != nil {
+		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, policy, erased, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
+		}
+		if eraser != nil {
+			eraser.OnErased(d.rx.Scrub) // the spool drops the responses erased from now on
 		}
 		d.health.checks = append(d.health.checks, func(context.Context) error { return d.rx.Ready() })
 	}

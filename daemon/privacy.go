@@ -75,7 +75,9 @@ func (w privateWarehouse) WebhookLog() record.WebhookLog {
 	if l == nil {
 		return nil
 	}
-	return privateWebhookLog{l, w.p}
+	// The receiver applied the rules before spooling the body already:
+	// applied again, a value already hashed stays as it is.
+	return privateWebhookLog{l, w.p.Idempotent()}
 }
 
 func (w privateWarehouse) FeedLedger() (record.FeedLedger, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/pipeline/privacy"
 	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/webhookrx"
 )
 
 // Changing the privacy rules on an existing warehouse (docs/privacy.md):
@@ -264,6 +265,32 @@ func ApplyPrivacy(ctx context.Context, cfg *config.Config, o PrivacyApplyOptions
 		rep.Rewrote = true
 		if err != nil {
 			return rep, err
+		}
+	}
+	// The webhook spool: the events waiting there get the same change, and
+	// its file is rewritten without the free pages that keep what was
+	// deleted (docs/privacy.md, "The webhook spool").
+	if cfg.Webhooks.Enabled && cfg.Webhooks.SpoolDir != "" {
+		rules, err := spoolRules(cfg)
+		if err != nil {
+			return rep, err
+		}
+		policy, err := newPolicy(cfg)
+		if err != nil {
+			return rep, err
+		}
+		// The change, then the rules themselves (a body spooled before the
+		// spool applied them), idempotently.
+		rewrite := func(body []byte) []byte { return policy.Idempotent().WebhookBody(delta.WebhookBody(body)) }
+		n, err := webhookrx.RewriteSpool(cfg.Webhooks.SpoolDir, rewrite, rules, log.With("component", "webhooks"))
+		if err != nil {
+			return rep, fmt.Errorf("privacy apply: the webhook spool: %w", err)
+		}
+		if n > 0 {
+			if rep.Rows == nil {
+				rep.Rows = map[string]int64{}
+			}
+			rep.Rows["webhook_spool"] = int64(n)
 		}
 	}
 	// Only now: a run killed before finds the former rules and goes on.

@@ -95,6 +95,19 @@ type Service struct {
 
 	queue   chan warehouse.ResponseKey // responses deleted at the source, erased by Run
 	pending atomic.Int64               // queued or being erased by Run
+
+	onErased atomic.Pointer[func()] // OnErased's f
+}
+
+// OnErased sets f, called (without waiting for it to act: the webhook
+// receiver's Scrub) whenever the tombstone set grows: an erasure started
+// here, or found at a reload (an erase command, another daemon).
+func (s *Service) OnErased(f func()) { s.onErased.Store(&f) }
+
+func (s *Service) notify() {
+	if f := s.onErased.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // New returns a Service; call Load before the pipeline consults Erased.
@@ -112,10 +125,17 @@ func (s *Service) Load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("erase: load tombstones: %w", err)
 	}
+	grew := false
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, e := range es {
+		if _, ok := s.tombs[e.ResponseKey]; !ok {
+			grew = true
+		}
 		s.tombs[e.ResponseKey] = e
+	}
+	s.mu.Unlock()
+	if grew {
+		s.notify()
 	}
 	return nil
 }
@@ -209,6 +229,9 @@ func (s *Service) start(ctx context.Context, keys []warehouse.ResponseKey, reaso
 		s.tombs[e.ResponseKey] = e
 	}
 	s.mu.Unlock()
+	if len(fresh) > 0 {
+		s.notify()
+	}
 	return nil
 }
 

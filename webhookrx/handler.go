@@ -73,6 +73,21 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.reply(w, reqBadJSON, http.StatusBadRequest, "webhook-id must be 1 to 255 printable ASCII characters without spaces")
 		return
 	}
+	if s.Erased != nil && parsed.ResponseID != "" && s.Erased(parsed.SurveyID, parsed.ResponseID) {
+		// A response erased: nothing of it is kept (the service need not
+		// send it again).
+		r.m.event(kindOf(parsed.EventName), evDuplicate)
+		r.replyOK(w, reqDuplicate, id)
+		return
+	}
+	if s.Redact != nil {
+		body = s.Redact(body)
+		if p, err := parseEvent(body); err == nil {
+			parsed = p
+		} else {
+			parsed.ContactID = nil
+		}
+	}
 	ev := &Event{ID: id, ReceivedAt: now.UTC(), Body: body, Parsed: parsed, Name: parsed.EventName}
 	kind := ev.Kind()
 	switch r.submit(ev) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surveysync/surveysync/survey"
 )
 
 // Options configure a Receiver. Zero values take the defaults documented on
@@ -79,6 +81,26 @@ type Options struct {
 	// RetryAfter is the Retry-After sent with a 503. Default 60 s.
 	RetryAfter time.Duration
 
+	// Redact, when set, rewrites a webhook body after it is checked and its
+	// id taken (the SHA-256 of the body as received, when it has no
+	// webhook-id), before it is spooled: what the spool's file, the
+	// Processor and the EventLog get. The daemon passes the privacy field
+	// rules (a contact id hashed or dropped never reaches the file). It
+	// must keep what parseEvent needs (event_name, survey_id,
+	// response_id) and be idempotent.
+	Redact func(body []byte) []byte
+	// RedactRules names the rules Redact applies (any text that changes
+	// with them): when it differs from the one the spool recorded, the
+	// waiting events' bodies are rewritten at start and the file compacted.
+	RedactRules string
+	// Erased, when set, reports whether a response is erased: a webhook
+	// about one is acknowledged (as a duplicate) and not spooled, and the
+	// waiting events of a response erased later are deleted at start and
+	// on Scrub. With Erased or Redact set, the spool's file is rewritten
+	// without its free pages (where bbolt keeps deleted values) at start,
+	// and after Scrub.
+	Erased func(surveyID int64, responseID survey.GUID) bool
+
 	// Logger receives operational logs. Default: discard.
 	Logger *slog.Logger
 	// Registerer receives the metrics. Nil: metrics are kept but not exported.
@@ -121,6 +143,7 @@ const (
 	DefaultMaxBodyBytes       int64 = 1 << 20
 	DefaultSpoolMaxEvents           = 100_000
 	DefaultSpoolMaxBytes      int64 = 256 << 20
+	defaultDedupeIDs                = 100_000
 )
 
 // setDefaults gives zero fields their defaults (resolve has refused
@@ -147,7 +170,7 @@ func (o *Options) setDefaults() {
 	def(&o.SpoolMaxBytes, DefaultSpoolMaxBytes)
 	def(&o.SegmentBytes, 4<<20)
 	def(&o.SpoolMemoryBytes, 16<<20)
-	defInt(&o.DedupeIDs, 100_000)
+	defInt(&o.DedupeIDs, defaultDedupeIDs)
 	defInt(&o.ProcessConcurrency, 256)
 	defInt(&o.LogBatch, 1000)
 	defDur(&o.SignatureTolerance, DefaultSignatureTolerance)

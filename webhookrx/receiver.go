@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,10 @@ import (
 // maxCommitBatch bounds the events of one group commit (SegmentBytes
 // bounds its bytes).
 const maxCommitBatch = 512
+
+// scrubInterval bounds how often the spool's file is rewritten without its
+// free pages after erasures (privacy.go); the first rewrite is at once.
+const scrubInterval = 10 * time.Second
 
 // Done marks (with the retry counts noted meanwhile) are committed in groups.
 const (
@@ -46,6 +51,7 @@ type Receiver struct {
 	appendCh chan *appendReq
 	doneCh   chan []doneMark
 	outcomes chan outcomeReq // workers' reports of Process attempts, for the feeder
+	scrubCh  chan struct{}   // Scrub's requests, for the spool loop
 	queue    *workQueue
 	resident atomic.Int64  // bytes of the events handed out (queued or in a worker)
 	started  chan struct{} // closed once the spool is open and the spool loop runs
@@ -97,6 +103,7 @@ func New(o Options, p Processor, log EventLog) (*Receiver, error) {
 		appendCh:  make(chan *appendReq, maxCommitBatch),
 		doneCh:    make(chan []doneMark, 16),
 		outcomes:  make(chan outcomeReq, s.ProcessConcurrency),
+		scrubCh:   make(chan struct{}, 1),
 		queue:     newWorkQueue(),
 		started:   make(chan struct{}),
 		stopped:   make(chan struct{}),
@@ -165,6 +172,50 @@ func (r *Receiver) Ready() error {
 	return nil
 }
 
+// Scrub asks the receiver to delete the waiting events of responses
+// Options.Erased now reports erased and to rewrite the spool's file
+// without its free pages (where bbolt keeps deleted values): call it when
+// responses were erased. It does not wait; the rewrite happens at most
+// once per 10 s.
+func (r *Receiver) Scrub() {
+	select {
+	case r.scrubCh <- struct{}{}:
+	default:
+	}
+}
+
+// startPrivacy applies Redact to the bodies spooled under other rules,
+// deletes the waiting events of erased responses and rewrites the file
+// without its free pages, before anything is handed out.
+func (r *Receiver) startPrivacy(sp *spool) error {
+	s := r.s
+	if s.Redact == nil && s.Erased == nil {
+		return nil
+	}
+	if s.Redact != nil {
+		n, err := sp.redactBodies(s.Redact, s.RedactRules, false)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			s.logger.Info("webhook spool: the privacy rules applied to the events waiting since before they changed", "events", n, "dir", s.SpoolDir)
+		}
+	}
+	if s.Erased != nil {
+		n, err := sp.purge(s.Erased)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			s.logger.Info("webhook spool: deleted the waiting events of erased responses", "events", n, "dir", s.SpoolDir)
+		}
+	}
+	if _, err := sp.compactNow(); err != nil {
+		return err
+	}
+	return nil
+}
+
 func (r *Receiver) setSpoolErr(err error) {
 	r.errMu.Lock()
 	r.spoolErr = err
@@ -187,6 +238,13 @@ func (r *Receiver) Run(ctx context.Context) error {
 	sp, replay, err := openSpool(s.SpoolDir, s.DedupeIDs, s.logger)
 	if err != nil {
 		return err
+	}
+	if err := r.startPrivacy(sp); err != nil {
+		sp.close()
+		return err
+	}
+	if len(replay) != sp.events() { // events of erased responses were deleted
+		replay = slices.DeleteFunc(replay, func(seq uint64) bool { return sp.bySeq[seq] == nil })
 	}
 	var ln net.Listener
 	if s.Listen != "" {
@@ -313,9 +371,33 @@ func (r *Receiver) spoolLoop(sp *spool, fd *feeder, stop <-chan struct{}) {
 	var marks []doneMark
 	tick := time.NewTicker(doneSyncInterval)
 	defer tick.Stop()
+	// Erasure: a purge at once, the file rewritten at most once per
+	// scrubInterval, again after the done mark of an erased response's
+	// event that was in flight (its body is then in a free page).
+	scrubDue, lastScrub := false, time.Time{}
+	scrub := func() {
+		if !scrubDue || time.Since(lastScrub) < scrubInterval {
+			return
+		}
+		scrubDue, lastScrub = false, time.Now()
+		if did, err := sp.compactNow(); err != nil {
+			r.s.logger.Error("webhook spool: cannot rewrite the file without its free pages (erased values may stay in it until the next try)", "error", err)
+			scrubDue = true
+		} else if did {
+			r.s.logger.Debug("webhook spool: rewrote its file without its free pages", "dir", r.s.SpoolDir)
+		}
+	}
 	flushMarks := func() {
 		if len(marks) == 0 && !sp.dirty() {
 			return
+		}
+		if erased := r.s.Erased; erased != nil && !scrubDue {
+			for _, m := range marks {
+				if e := sp.bySeq[m.seq]; e != nil && e.response != "" && erased(e.survey, e.response) {
+					scrubDue = true
+					break
+				}
+			}
 		}
 		if err := sp.markDone(marks); err != nil {
 			r.s.logger.Error("webhook spool: cannot record processed events; retrying", "events", len(marks), "error", err)
@@ -371,7 +453,20 @@ func (r *Receiver) spoolLoop(sp *spool, fd *feeder, stop <-chan struct{}) {
 			}
 		case <-tick.C:
 			flushMarks()
+			scrub()
 			fd.fill()
+		case <-r.scrubCh:
+			if r.s.Erased != nil {
+				n, err := sp.purge(r.s.Erased)
+				if err != nil {
+					r.s.logger.Error("webhook spool: cannot delete the events of erased responses; tried again at the next erasure", "error", err)
+				} else if n > 0 {
+					r.s.logger.Info("webhook spool: deleted the waiting events of erased responses", "events", n)
+					r.updateGauges(sp)
+				}
+			}
+			scrubDue = true
+			scrub()
 		case <-stop:
 			// The workers have stopped: take their last reports (attempt
 			// counts to keep) and marks.

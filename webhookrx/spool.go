@@ -13,6 +13,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/internal/kvstore"
+	"github.com/surveysync/surveysync/survey"
 )
 
 // The spool is a bbolt database, SpoolDir/spool.db (internal/kvstore):
@@ -21,6 +22,7 @@ import (
 //	done     n → [seq uint64][id]   the last DedupeIDs processed events, in the order they were done
 //	retries  seq → [attempts uint32][next attempt unix ns int64]   failed Process calls of waiting events
 //	meta     legacy_imported → unix ns   the former log files were imported (legacy.go)
+//	         redacted_under → RedactRules   the waiting bodies were rewritten under these rules (privacy.go)
 //
 // The events bucket's sequence is the last sequence number given, so
 // numbers keep increasing across restarts when the spool is empty.
@@ -51,6 +53,7 @@ var (
 	bucketRetries = []byte("retries")
 	bucketMeta    = []byte("meta")
 	keyImported   = []byte("legacy_imported")
+	keyRedacted   = []byte("redacted_under") // the RedactRules the waiting bodies were rewritten under (privacy.go)
 )
 
 // spooled is an accepted event not yet done: only its index entry stays in
@@ -59,7 +62,8 @@ var (
 type spooled struct {
 	seq        uint64
 	id         string
-	survey     int64 // for the feeder's gates
+	survey     int64       // for the feeder's gates
+	response   survey.GUID // for erasure (purge)
 	receivedAt time.Time
 	size       int64 // id, body and eventOverhead
 }
@@ -233,7 +237,7 @@ func (s *spool) load() ([]uint64, error) {
 				return err
 			}
 			s.nextSeq = max(s.nextSeq, ev.Seq+1)
-			s.add(&spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, size: eventSize(ev.ID, len(v)-eventHdrLen-len(ev.ID))})
+			s.add(&spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, response: ev.Parsed.ResponseID, receivedAt: ev.ReceivedAt, size: eventSize(ev.ID, len(v)-eventHdrLen-len(ev.ID))})
 			s.replayedKinds[ev.Kind()]++
 			evs = append(evs, ev.Seq)
 		}
@@ -412,7 +416,7 @@ func (s *spool) append(evs []*Event, maxEvents int, maxBytes int64) ([]appendRes
 		inBatch[ev.ID] = true
 		addEvents++
 		addBytes += size
-		acc = append(acc, &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, receivedAt: ev.ReceivedAt, size: size})
+		acc = append(acc, &spooled{seq: ev.Seq, id: ev.ID, survey: ev.Parsed.SurveyID, response: ev.Parsed.ResponseID, receivedAt: ev.ReceivedAt, size: size})
 		vals = append(vals, encodeEvent(ev))
 	}
 	if len(acc) == 0 {

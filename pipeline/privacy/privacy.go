@@ -147,6 +147,19 @@ func IsHash(s string) bool {
 	return true
 }
 
+// Idempotent returns p leaving values that already have a hash's form
+// (IsHash) as they are, so that applying it twice changes nothing: for a
+// webhook body rewritten before the spool stores it and again before the
+// webhook log does (nil for nil).
+func (p *Policy) Idempotent() *Policy {
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.guard = true
+	return &q
+}
+
 // HashInt is Hash of n in decimal (how the service sends numbers).
 func (p *Policy) HashInt(n int64) string { return p.Hash(strconv.FormatInt(n, 10)) }
 
