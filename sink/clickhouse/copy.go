@@ -92,7 +92,8 @@ func (s *Sink) CopyFrom(ctx context.Context, src CopySource) (out []CopyReport, 
 	}
 	// The wide views survey_<id>, with the copied column names.
 	if _, err := s.RefreshWideViews(ctx); err != nil {
-		return out, fmt.Errorf("clickhouse: copy: create the wide views: %w", err)
+		return out, fmt.Errorf("clickhouse: copy: create the wide views: %w (every table is copied; a wide_columns row named here came from the source %s: "+
+			"delete it there too, or a next copy brings it back)", err, src.table("wide_columns"))
 	}
 	return out, nil
 }
