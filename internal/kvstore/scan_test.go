@@ -15,15 +15,20 @@ import (
 // deletes every third entry (free pages), and returns what is left.
 func fillScan(t *testing.T, path string, n int) map[string]map[string][]byte {
 	t.Helper()
-	db, err := Open(path, "test")
+	// The same layout at every run, so that the damage below lands on the
+	// same pages: the array free list allocates in page order (the map one
+	// that Open uses does not), and each transaction changes one bucket
+	// (bbolt writes a transaction's dirty buckets in a map's order).
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistArrayType})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]map[string][]byte{"events": {}, "done": {}}
+	names := []string{"done", "events"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for start := 0; start < n; start += 200 {
-		err := db.Update(func(tx *bolt.Tx) error {
-			for _, name := range []string{"done", "events"} { // a fixed order: the same layout at every run
+		for _, name := range names {
+			err := db.Update(func(tx *bolt.Tx) error {
 				b, err := tx.CreateBucketIfNotExists([]byte(name))
 				if err != nil {
 					return err
@@ -38,29 +43,27 @@ func fillScan(t *testing.T, path string, n int) map[string]map[string][]byte {
 					}
 					want[name][string(Key(uint64(i)))] = v
 				}
-				if _, err := b.NextSequence(); err != nil {
-					return err
-				}
+				_, err = b.NextSequence()
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for name := range want {
+	for _, name := range names {
+		err = db.Update(func(tx *bolt.Tx) error {
 			for i := 0; i < n; i += 3 {
 				if err := tx.Bucket([]byte(name)).Delete(Key(uint64(i))); err != nil {
 					return err
 				}
 				delete(want[name], string(Key(uint64(i))))
 			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if !HasFreePages(db) {
 		t.Fatal("no free pages: the test proves less")
@@ -97,17 +100,38 @@ func TestScanSoundFile(t *testing.T) {
 	}
 }
 
+// usedPage returns the root page of the events bucket's tree (a page in
+// use, whatever the layout).
+func usedPage(t *testing.T, path string) int {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var root int
+	err = db.View(func(tx *bolt.Tx) error {
+		root = int(tx.Bucket([]byte("events")).Root())
+		return nil
+	})
+	if err != nil || root < 2 {
+		t.Fatalf("the events bucket's root: %d, %v", root, err)
+	}
+	return root
+}
+
 // TestScanDamagedFile garbles a file as a disk or an operator would, and
 // checks that Scan reports it, salvages the readable entries (each one
 // exact), and never panics; bbolt itself would panic on these files.
 func TestScanDamagedFile(t *testing.T) {
+	var inUse int // the events tree's root page (usedPage)
 	for _, tc := range []struct {
 		name   string
 		damage func(b []byte) []byte
 	}{
-		{"noise in the middle", func(b []byte) []byte {
+		{"noise over a page in use", func(b []byte) []byte {
 			rng := rand.New(rand.NewPCG(3, 4))
-			mid := len(b) / 2 &^ 4095
+			mid := inUse * 4096
 			for i := mid; i < mid+4096; i++ {
 				b[i] = byte(rng.Uint32())
 			}
@@ -131,6 +155,7 @@ func TestScanDamagedFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "s.db")
 			want := fillScan(t, path, 3000)
+			inUse = usedPage(t, path)
 			b, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
