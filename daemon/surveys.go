@@ -36,6 +36,15 @@ func newSurveyBook(ctx context.Context, st pipeline.SurveyStore, log *slog.Logge
 	return b, nil
 }
 
+// has reports whether the surveys table knows the survey (synced, or
+// launched by a webhook).
+func (b *surveyBook) has(id int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.known[id]
+	return ok
+}
+
 // active lists the surveys that have not ended.
 func (b *surveyBook) active() []int64 {
 	b.mu.Lock()

@@ -70,7 +70,12 @@ const (
 	// survey's survey_ended events.
 	endCheckInterval = 10 * time.Second
 	endCheckBurst    = 3
-	surveysMax       = 10_000
+	// unknownRate and unknownBurst bound the events of unknown surveys
+	// (never synced, not read lately) checked with the API, over all
+	// surveys: random survey ids cannot be batched per survey.
+	unknownRate  = 1 // a second
+	unknownBurst = 5
+	surveysMax   = 10_000
 )
 
 // responseKey names a response of a survey.
@@ -211,6 +216,8 @@ type surveyCheck struct {
 	inflight   chan struct{} // closed when the round making its calls ends
 	lastStart  time.Time     // when the newest round started
 	readableAt time.Time     // the last list call that answered
+	deniedAt   time.Time     // the last call that found the survey unreadable (403/404)
+	denied     error         // its error
 	endLimit   *rate.Limiter // calls confirming a survey_ended
 	liveAfter  time.Time     // the latest claimed end found contradicted (responses started after it)
 }
@@ -220,6 +227,7 @@ type surveyCheck struct {
 type webhookChecks struct {
 	mu      sync.Mutex
 	surveys map[int64]*surveyCheck
+	unknown *rate.Limiter // checks of unknown surveys
 	absent  *absentSet
 	api     surveyLister
 	now     func() time.Time
@@ -228,7 +236,8 @@ type webhookChecks struct {
 }
 
 func newWebhookChecks(api surveyLister, now func() time.Time) *webhookChecks {
-	return &webhookChecks{surveys: map[int64]*surveyCheck{}, absent: newAbsentSet(), api: api, now: now, sleep: sleepCtx}
+	return &webhookChecks{surveys: map[int64]*surveyCheck{}, absent: newAbsentSet(), api: api, now: now, sleep: sleepCtx,
+		unknown: rate.NewLimiter(unknownRate, unknownBurst)}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -342,7 +351,40 @@ func (c *webhookChecks) readable(surveyID int64) bool {
 func (c *webhookChecks) markReadable(surveyID int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.survey(surveyID).readableAt = c.now()
+	s := c.survey(surveyID)
+	s.readableAt, s.deniedAt = c.now(), time.Time{}
+}
+
+// markDenied records that the token cannot read the survey (403, or 404 on
+// a list call).
+func (c *webhookChecks) markDenied(surveyID int64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.survey(surveyID)
+	s.deniedAt, s.denied = c.now(), err
+}
+
+// admit decides whether an event of surveyID may cost API calls: not for
+// a survey found unreadable within readableTTL; for one that is neither
+// known (synced before, in the surveys table) nor read lately, only within
+// unknownRate over all surveys. The error says why not.
+func (c *webhookChecks) admit(surveyID int64, known bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	s := c.surveys[surveyID]
+	if s != nil && !s.deniedAt.IsZero() && now.Sub(s.deniedAt) < readableTTL {
+		return fmt.Errorf("survey %d, which the API token could not read %v ago (%w): not asked again for %v; the event is not acted on",
+			surveyID, now.Sub(s.deniedAt).Round(time.Second), s.denied, readableTTL)
+	}
+	if known || s != nil && !s.readableAt.IsZero() && now.Sub(s.readableAt) < readableTTL {
+		return nil
+	}
+	if !c.unknown.AllowN(now, 1) {
+		return fmt.Errorf("survey %d is unknown (never synced, not read lately) and events of unknown surveys come faster than %d a second: not checked with the API, not acted on; the survey is found at its next event",
+			surveyID, unknownRate)
+	}
+	return nil
 }
 
 // listed checks one event against a listing of its survey made after it
@@ -444,7 +486,7 @@ func (c *webhookChecks) run(ctx context.Context, surveyID int64, s *surveyCheck,
 	if s.last == nil || !s.last.at.After(l.at) {
 		s.last = l
 	}
-	s.readableAt = c.now()
+	s.readableAt, s.deniedAt = c.now(), time.Time{}
 	c.mu.Unlock()
 	r.res = l
 }
@@ -484,8 +526,10 @@ func (c *webhookChecks) endEndCheck(surveyID int64, at time.Time, res *rate.Rese
 	switch {
 	case err != nil && !errors.Is(err, surveyapi.ErrForbidden) && !errors.Is(err, survey.ErrNotFound):
 		res.CancelAt(c.now())
+	case err != nil:
+		s.deniedAt, s.denied = c.now(), err
 	case err == nil:
-		s.readableAt = c.now()
+		s.readableAt, s.deniedAt = c.now(), time.Time{}
 		if live && at.After(s.liveAfter) {
 			s.liveAfter = at
 		}

@@ -219,3 +219,40 @@ func TestSurveyEndedChecksAreBounded(t *testing.T) {
 		t.Fatalf("another survey limited: %v", err)
 	}
 }
+
+// Events of unknown surveys cost calls only within unknownRate over all
+// surveys; a known survey is always admitted; a survey found unreadable is
+// not asked again for readableTTL, and the refusal names the first error.
+func TestUnknownSurveysAreAdmittedAtARate(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	c := newWebhookChecks(&listStub{}, func() time.Time { return now })
+	admitted := 0
+	for i := range 1000 {
+		if c.admit(int64(100000+i), false) == nil {
+			admitted++
+		}
+	}
+	if admitted != unknownBurst {
+		t.Fatalf("%d of 1,000 unknown surveys admitted at once, want %d", admitted, unknownBurst)
+	}
+	if err := c.admit(42, true); err != nil {
+		t.Fatalf("a known survey refused: %v", err)
+	}
+	c.markReadable(43)
+	if err := c.admit(43, false); err != nil {
+		t.Fatalf("a survey read lately refused: %v", err)
+	}
+	now = now.Add(time.Second)
+	if c.admit(200000, false) != nil {
+		t.Fatal("no unknown survey admitted a second later")
+	}
+	c.markDenied(44, errors.New("get_response survey 44: 403 Nemáte oprávnění"))
+	err := c.admit(44, true)
+	if err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("a survey found unreadable: %v", err)
+	}
+	now = now.Add(readableTTL)
+	if err := c.admit(44, true); err != nil {
+		t.Fatalf("a survey found unreadable %v ago still refused: %v", readableTTL, err)
+	}
+}

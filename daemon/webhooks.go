@@ -76,6 +76,11 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 	if w.exclude != nil && w.exclude.drop(e.SurveyID, ev.Kind(), ev.ID) {
 		return nil // acknowledged: the service need not send it again
 	}
+	if ev.Kind() != webhookrx.KindUnknown {
+		if err := w.check().admit(e.SurveyID, w.surveys.has(e.SurveyID)); err != nil {
+			return permanent.New("webhook", err)
+		}
+	}
 	switch ev.Kind() {
 	case webhookrx.KindResponseReceived:
 		if e.ResponseID == "" {
@@ -125,6 +130,7 @@ func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
 	}
 	_, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1})
 	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
+		c.markDenied(surveyID, err)
 		return permanent.New("webhook", fmt.Errorf("survey %d, which the API token cannot read: not added to the polling set: %w", surveyID, err))
 	}
 	if err == nil {
@@ -135,7 +141,8 @@ func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
 
 // responseReceived fetches and writes the response a webhook names. An id
 // known to be absent is never fetched without a check, and neither are
-// the events of a survey whose webhooks name absent responses: they are
+// the events of an unknown survey or of a survey whose webhooks name
+// absent responses: they are
 // checked against a listing of the survey made after they arrived
 // (webhookcheck.go), one for all the events waiting, and only the listed
 // ones are fetched. An absent response ends the event as rejected and puts
@@ -145,7 +152,12 @@ func (w *webhookProcessor) responseReceived(ctx context.Context, ev webhookrx.Ev
 	e := ev.Parsed
 	c := w.check()
 	key := responseKey{survey: e.SurveyID, id: e.ResponseID}
-	if !c.absent.has(key, w.now()) {
+	// A survey neither synced before nor read lately (random survey ids
+	// cost as much as random response ids) is checked by its listing too:
+	// one call answers both whether the token reads it and whether the
+	// response is there.
+	known := w.surveys.has(e.SurveyID) || c.readable(e.SurveyID)
+	if known && !c.absent.has(key, w.now()) {
 		direct, err := c.startDirect(ctx, e.SurveyID)
 		if err != nil {
 			return err
@@ -157,6 +169,10 @@ func (w *webhookProcessor) responseReceived(ctx context.Context, ev webhookrx.Ev
 		}
 	}
 	ok, l, err := c.listed(ctx, e.SurveyID, e.ResponseID, needOf(ev))
+	if errors.Is(err, surveyapi.ErrForbidden) || errors.Is(err, survey.ErrNotFound) {
+		c.markDenied(e.SurveyID, err)
+		return permanent.New("webhook", fmt.Errorf("survey %d, which the API token cannot read: not added to the polling set: %w", e.SurveyID, err))
+	}
 	if err != nil {
 		return final(err)
 	}
@@ -200,11 +216,15 @@ func (w *webhookProcessor) fetch(ctx context.Context, surveyID int64, id survey.
 		}
 		w.poller.AddSurvey(surveyID)
 		return permanent.New("webhook", fmt.Errorf("response %s of survey %d: not found (404) and never synced: no deletion written; the survey is polled", id, surveyID))
+	case errors.Is(err, surveyapi.ErrForbidden):
+		w.check().markDenied(surveyID, err)
+		return final(err)
 	case err != nil:
 		return final(err)
 	}
 	// Only a survey whose response could be read joins the polling set.
 	w.check().absent.forget(responseKey{survey: surveyID, id: id})
+	w.check().markReadable(surveyID)
 	w.poller.AddSurvey(surveyID)
 	return nil
 }

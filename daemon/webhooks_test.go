@@ -161,11 +161,17 @@ func startWebhooksExcluding(t *testing.T, apiURL string, exclude *excludeList, i
 		t.Fatal(err)
 	}
 	pipe := pipeline.New(pipeline.Options{MaxDelay: 20 * time.Millisecond, Logger: quiet}, client, st)
+	// The readable survey was read lately, as a daemon that syncs it has:
+	// its webhooks are fetched at once. (The stub lists nothing, so an
+	// unknown survey's webhooks, checked against its listing first, would
+	// all be absent.)
+	checks := newWebhookChecks(client, time.Now)
+	checks.markReadable(readableSurvey)
 	poller := &recordingPoller{Poller: poll.New(poll.Options{Logger: quiet}, client, pipe, st, nil)}
 	elog := &memEventLog{}
 	rx, err := webhookrx.New(webhookrx.Options{Listen: "127.0.0.1:0", Path: "/hooks/0123456789abcdef", SpoolDir: t.TempDir(),
 		ProcessConcurrency: 16, LogInterval: 10 * time.Millisecond, Logger: quiet},
-		&webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: firstInv(inv), now: time.Now, exclude: exclude}, elog)
+		&webhookProcessor{pipe: pipe, poller: poller, surveys: book, api: client, inv: firstInv(inv), now: time.Now, exclude: exclude, checks: checks}, elog)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,6 +240,32 @@ func TestJunkWebhookFloodDoesNotStarveRealOnes(t *testing.T) {
 	}
 	f.waitCount(t, "all junk events logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE outcome = 'rejected'", 2*junk, 60*time.Second)
 
+	// 2,000 naming random surveys (which cannot be checked against one
+	// listing), then 5 real ones: written within 2 s, and the unknown
+	// surveys cost calls only at a bounded rate.
+	callsBefore = f.e.sim.Calls()
+	strangers := make([][]byte, 2000)
+	for i := range strangers {
+		strangers[i] = junkBody(int64(1_000_000+i), time.Now())
+	}
+	start = time.Now()
+	f.post(t, 32, strangers)
+	ids, added = f.addReal(t, sid, 5)
+	lat = f.latencies(t, ids, added)
+	f.waitCount(t, "all junk events logged rejected", "SELECT count() FROM %s.webhook_events FINAL WHERE outcome = 'rejected'", 2*junk+2000, 60*time.Second)
+	calls = f.e.sim.Calls()
+	details = calls[sim.OpGetResponse] - callsBefore[sim.OpGetResponse]
+	lists = calls[sim.OpListResponses] - callsBefore[sim.OpListResponses]
+	t.Logf("2,000 junk webhooks for random surveys, then 5 real: real webhook → row %v; API calls %d details, %d lists over %v", lat, details, lists, time.Since(start).Round(time.Millisecond))
+	for i, l := range lat {
+		if l > 2*time.Second {
+			t.Errorf("real webhook %d written %v after a flood of unknown surveys, want < 2 s", i, l)
+		}
+	}
+	if budget := int64(2*5 + 5 + time.Since(start).Seconds()); details+lists > budget {
+		t.Errorf("2,000 events of unknown surveys cost %d calls, want at most %d", details+lists, budget)
+	}
+
 	// A response that did not exist when the flood named it, and appears
 	// afterwards: its own webhook brings it (checked against a listing,
 	// since its id is known to be absent).
