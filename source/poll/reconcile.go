@@ -302,8 +302,9 @@ type ReconcileReport struct {
 	Streams []ReconcileStream
 	// Calls are the pass's API calls: its list calls and one detail call
 	// per response re-read.
-	Calls int64
-	Err   error // the pass failed; Streams hold what it had found
+	Calls  int64
+	Reread int64 // responses submitted again (the repair)
+	Err    error // the pass failed; Streams hold what it had found
 }
 
 // ReconcileStream is one stream's figures in a ReconcileReport. Service
@@ -329,6 +330,9 @@ func (p *Poller) reconcileReport(surveyID int64, start time.Time, d *reconcileDi
 		return r
 	}
 	r.Calls = d.calls + d.rereads
+	if err == nil {
+		r.Reread = d.rereads
+	}
 	streamOfHeld := func(status string) (int, bool) {
 		i, ok := idx[status]
 		if !ok && status == survey.StatusDisqualified { // a quota-full response, detailed as disqualified
