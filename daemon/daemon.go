@@ -164,6 +164,9 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 		return startFailed(err)
 	}
 	defer func() { _ = d.close() }()
+	if o.ExitWhenSynced {
+		d.verifier = nil // a one-shot run ends at its first pass: nothing to verify after it
+	}
 	h.attach(d.health)
 	d.health = h
 	routes := http.NewServeMux()
@@ -223,6 +226,9 @@ type parts struct {
 	feeds   *feedSlot // the feed runner, replaced at a reload
 	health  *health
 	elector *ha.Elector // nil without ha: this daemon leads
+	// verifier is the continuous verification (verify.go); nil when
+	// verify.interval is 0.
+	verifier *verifier
 	// eraseDeleted: a response deleted at the source is erased
 	// (sync.erase_deleted).
 	eraseDeleted bool
@@ -281,7 +287,8 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	if eraser != nil {
 		erased = eraser.Erased
 	}
-	d.pipe = newPipeline(cfg, d.onResponse, erased, policy.Fetcher(client), wh, log, reg)
+	fetcher := policy.Fetcher(client)
+	d.pipe = newPipeline(cfg, d.onResponse, erased, fetcher, wh, log, reg)
 	d.health.writes = d.pipe.WriteStatus
 	d.access = newAccessWatch(client)
 	d.health.access = func() error { return tokenState(nil, d.access) }
@@ -290,7 +297,15 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 	}
 	d.exclude = newExcludeList(cfg.SurveysExclude, log.With("component", "webhooks"), reg)
 	d.surveys = pollingSet(cfg, d.book)
-	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.access, d.pipe, wh, log, reg)
+	var onReconcile func(poll.ReconcileReport)
+	if cfg.Verify.Interval > 0 {
+		d.verifier = d.newVerifier(cfg, client, fetcher, wh, log, reg)
+		onReconcile = d.verifier.reconciled
+	}
+	d.poller = newPoller(cfg, d.surveys, d.book.ended(), client, d.access, d.pipe, wh, onReconcile, log, reg)
+	if d.verifier != nil {
+		d.verifier.d.ready = d.poller.FirstPassDone()
+	}
 	if cfg.Webhooks.Enabled {
 		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, policy, erased, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)

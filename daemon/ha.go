@@ -71,7 +71,8 @@ const leaderRestartWait = 5 * time.Second
 func (d *parts) leading() bool { return d.elector == nil || d.elector.Leading() }
 
 // runLeaderWork runs what only one daemon of an account may run — the
-// poller (with reconcile), the feeds and, with ha, the file copier —
+// poller (with reconcile), the verification, the feeds and, with ha, the
+// file copier —
 // until ctx ends: at once without ha, else each time this daemon gains the
 // lead, stopped (and waited for) when it loses it.
 func (d *parts) runLeaderWork(ctx context.Context) error {
@@ -98,6 +99,9 @@ func (d *parts) leaderWork(ctx context.Context, withCopier bool) error {
 	}
 	if withCopier && d.copier != nil {
 		g.Go(func() error { return d.copier.Run(ctx) })
+	}
+	if d.verifier != nil { // verify.interval: on the leader, beside the poller whose repairs it uses
+		g.Go(func() error { return d.verifier.run(ctx) })
 	}
 	if d.eraser != nil { // the leader erases; the others reload the tombstones (runIntake)
 		g.Go(func() error { return d.eraser.Run(ctx) })

@@ -55,7 +55,7 @@ func newPipeline(cfg *config.Config, onResponse func(context.Context, int64, sur
 
 // newPoller is the poller of a daemon (surveys: the polling set) or of a
 // one-shot resync (none).
-func newPoller(cfg *config.Config, surveys, ended []int64, client *surveyapi.Client, lister poll.Lister, pipe *pipeline.Pipeline, wh warehouse.Warehouse, log *slog.Logger, reg prometheus.Registerer) *poll.Poller {
+func newPoller(cfg *config.Config, surveys, ended []int64, client *surveyapi.Client, lister poll.Lister, pipe *pipeline.Pipeline, wh warehouse.Warehouse, onReconcile func(poll.ReconcileReport), log *slog.Logger, reg prometheus.Registerer) *poll.Poller {
 	return poll.New(poll.Options{
 		Surveys:               surveys,
 		Ended:                 ended,
@@ -69,6 +69,7 @@ func newPoller(cfg *config.Config, surveys, ended []int64, client *surveyapi.Cli
 		PartialLookback:       cfg.Sync.PartialLookback,
 		PartialRescanInterval: cfg.Sync.PartialRescan,
 		ReconcileInterval:     reconcileInterval(cfg.Sync.ReconcileInterval),
+		OnReconcile:           onReconcile,
 		BackfillFrom:          cfg.Sync.BackfillFrom,
 		Unreadable:            surveyUnreadable,
 		Logger:                log.With("component", "poll"),
@@ -114,7 +115,7 @@ func ResyncOnce(ctx context.Context, cfg *config.Config, log *slog.Logger, surve
 		}
 		poller.Observe(id, rid, st)
 	}, erased, policy.Fetcher(client), wh, log, reg)
-	poller = newPoller(cfg, nil, nil, client, client, pipe, wh, log, reg)
+	poller = newPoller(cfg, nil, nil, client, client, pipe, wh, nil, log, reg)
 	if err := poller.LoadStates(ctx); err != nil {
 		return poll.ResyncJob{}, err
 	}
