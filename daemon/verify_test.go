@@ -89,11 +89,11 @@ func gid(n int) survey.GUID { return survey.GUID(fmt.Sprintf("00000000-0000-0000
 // loopHarness runs the verification loop on a fake service and a real
 // history (a Parquet warehouse's _state/verify_runs.jsonl).
 type loopHarness struct {
-	svc     *fakeService
-	v       *verifier
-	reg     *prometheus.Registry
-	wh      warehouse.Warehouse
-	ready   chan struct{}
+	svc   *fakeService
+	v     *verifier
+	reg   *prometheus.Registry
+	wh    warehouse.Warehouse
+	ready chan struct{}
 
 	mu      sync.Mutex
 	stretch float64
