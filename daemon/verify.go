@@ -152,7 +152,8 @@ func newVerifierLoop(o verifierOptions, d verifierDeps, reg prometheus.Registere
 // maxVerifyInterval bounds a stretched interval, as the poller's are.
 const maxVerifyInterval = 24 * time.Hour
 
-// run verifies every survey once per interval until ctx ends. A survey
+// run verifies every survey once per interval, the first time an interval
+// after the poller's first pass, until ctx ends. A survey
 // that cannot be verified is counted (result error) and logged; the loop
 // goes on. It returns nil when ctx ends.
 func (v *verifier) run(ctx context.Context) error {
@@ -163,15 +164,17 @@ func (v *verifier) run(ctx context.Context) error {
 	}
 	v.seed(ctx)
 	for {
+		// The first pass comes an interval after the first poll pass:
+		// the backfill has just compared every id already.
+		wait := time.Duration(float64(v.o.Interval) * max(v.d.stretch(), 1))
+		if backoff.Sleep(ctx, min(wait, max(maxVerifyInterval, v.o.Interval))) != nil {
+			return nil
+		}
 		for _, id := range v.d.surveys() {
 			if ctx.Err() != nil {
 				return nil
 			}
 			v.pass(ctx, id)
-		}
-		wait := time.Duration(float64(v.o.Interval) * max(v.d.stretch(), 1))
-		if backoff.Sleep(ctx, min(wait, max(maxVerifyInterval, v.o.Interval))) != nil {
-			return nil
 		}
 	}
 }

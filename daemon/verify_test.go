@@ -147,26 +147,29 @@ func TestVerifyLoopSchedule(t *testing.T) {
 		if svc.n() != 0 {
 			t.Fatalf("verified %d times before the poller's first pass", svc.n())
 		}
-		start := time.Now()
 		close(h.ready)
 		synctest.Wait()
-		time.Sleep(time.Hour - time.Second) // interval 1h: one pass so far
+		start := time.Now()
+		time.Sleep(time.Hour - time.Second) // interval 1h: no pass yet
+		synctest.Wait()
+		if svc.n() != 0 {
+			t.Fatalf("%d passes in the first hour, want 0 (the first comes an interval after the poller's first pass)", svc.n())
+		}
+		h.setStretch(2) // the budget stretches every interval from now
+		time.Sleep(time.Second)
 		synctest.Wait()
 		if svc.n() != 1 {
-			t.Fatalf("%d passes in the first hour, want 1", svc.n())
+			t.Fatalf("%d passes after an hour, want 1", svc.n())
 		}
-		h.setStretch(2) // the budget stretches every interval
-		time.Sleep(2 * time.Second)
+		time.Sleep(2*time.Hour - time.Second)
 		synctest.Wait()
-		time.Sleep(2*time.Hour - 2*time.Second)
-		synctest.Wait()
-		if svc.n() != 2 {
-			t.Fatalf("%d passes, want 2 (the second after 1h, the next after 2h)", svc.n())
+		if svc.n() != 1 {
+			t.Fatalf("%d passes, want still 1 (the next comes 2h after the first)", svc.n())
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
 		synctest.Wait()
-		if svc.n() != 3 || !svc.compared[2].Equal(start.Add(3*time.Hour)) {
-			t.Fatalf("passes at %v, want the third 3h after the first", svc.compared)
+		if svc.n() != 2 || !svc.compared[1].Equal(start.Add(3*time.Hour)) {
+			t.Fatalf("passes at %v, want the second 3h after the poller's first pass", svc.compared)
 		}
 		if svc.samples[0] != 10 {
 			t.Errorf("sample %d, want verify.sample", svc.samples[0])
@@ -175,13 +178,13 @@ func TestVerifyLoopSchedule(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if h.passes("clean") != 3 || h.passes("drift") != 0 {
+		if h.passes("clean") != 2 || h.passes("drift") != 0 {
 			t.Errorf("passes clean %v drift %v", h.passes("clean"), h.passes("drift"))
 		}
 		if v := testutil.ToFloat64(h.v.m.lastClean.WithLabelValues("4574")); v != float64(start.Add(3*time.Hour).Unix()) {
-			t.Errorf("last clean %v, want the third pass's end", v)
+			t.Errorf("last clean %v, want the second pass's end", v)
 		}
-		if v := testutil.ToFloat64(h.v.m.calls); v != 6 {
+		if v := testutil.ToFloat64(h.v.m.calls); v != 4 {
 			t.Errorf("api calls %v, want 2 per pass", v)
 		}
 	})
