@@ -280,3 +280,28 @@ func TestCheckLocalState(t *testing.T) {
 		}
 	}
 }
+
+// A damaged verification history is listed as moved aside at start, not
+// refused; a line cut short by a crash is no damage.
+func TestCheckLocalStateVerifyRuns(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, stateDirName, verifyRunsFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		content string
+		damaged bool
+	}{
+		{"{\"survey_id\":1}\n{\"survey_id\":2,\"str", false},
+		{"{\"survey_id\":1}\n\x00\x00\x00\n", true},
+	} {
+		if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fs := CheckLocalState(context.Background(), dir, false)
+		if len(fs) != 1 || (fs[0].Err != nil) != c.damaged || fs[0].Refused || fs[0].Lost == "" {
+			t.Errorf("%q: %+v", c.content, fs)
+		}
+	}
+}

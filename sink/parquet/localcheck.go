@@ -1,9 +1,11 @@
 package parquet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -56,6 +58,21 @@ func CheckLocalState(ctx context.Context, dir string, held bool) []LocalFile {
 			_, err = rejectEntries(raw)
 		}
 		out = append(out, LocalFile{Path: path, Err: err, Lost: rejectsLost})
+	}
+	if path := filepath.Join(state, verifyRunsFile); exists(path) {
+		f := LocalFile{Path: path, Lost: verifyRunsLost}
+		if raw, err := os.ReadFile(path); err != nil {
+			f.Err = err
+		} else {
+			for n, line := range bytes.Split(raw, []byte("\n")) {
+				var e verifyRunEntry
+				if len(bytes.TrimSpace(line)) > 0 && json.Unmarshal(line, &e) != nil && !tornJSON(line) {
+					f.Err = fmt.Errorf("line %d does not decode", n+1)
+					break
+				}
+			}
+		}
+		out = append(out, f)
 	}
 	w := &dirWarehouse{Sink: &Sink{dir: dir, log: slog.New(slog.DiscardHandler)}}
 	if path := filepath.Join(state, privacyFile); exists(path) {

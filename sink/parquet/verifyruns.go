@@ -85,6 +85,9 @@ func (w *dirWarehouse) RecordVerifyRuns(_ context.Context, runs []warehouse.Veri
 	return atomicfile.SyncDir(dir)
 }
 
+// verifyRunsLost is what moving a damaged verification history aside costs.
+const verifyRunsLost = "the history of verification passes (kept in the moved file); the next passes start a new one, and status shows no clean pass until one runs"
+
 // VerifyStates reads _state/verify_runs.jsonl: per survey the latest row of
 // each stream and the latest clean pass. A line cut short by a crash while
 // it was appended is skipped; any other damage (zeros, noise, a hand edit)
@@ -121,7 +124,7 @@ func (w *dirWarehouse) VerifyStates(context.Context) ([]warehouse.VerifyState, e
 				continue
 			}
 			err = fmt.Errorf("line %d: %w", n, err)
-			return nil, w.setAside(path, len(raw), err, "the history of verification passes (kept in the moved file); the next passes start a new one, and status shows no clean pass until one runs")
+			return nil, w.setAside(path, len(raw), err, verifyRunsLost)
 		}
 		r := warehouse.VerifyRun(e)
 		st := byID[r.SurveyID]
