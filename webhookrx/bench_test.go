@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/surveysync/surveysync/pipeline/privacy"
 )
 
 // BenchmarkIntake measures events accepted per second over real HTTP on
@@ -25,12 +27,33 @@ import (
 //	go test -run '^$' -bench Intake -benchtime 5000x ./webhookrx
 //
 // WEBHOOKRX_BENCH_CONCURRENCY sets ProcessConcurrency (default 256).
+//
+// clients=32/privacy runs with the daemon's privacy options: the field
+// rules applied to each body before it is spooled (contact_id hashed) and
+// an erasure check per request.
 func BenchmarkIntake(b *testing.B) {
-	for _, clients := range []int{1, 32} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+	for _, bc := range []struct {
+		clients int
+		privacy bool
+	}{{1, false}, {32, false}, {32, true}} {
+		clients := bc.clients
+		name := fmt.Sprintf("clients=%d", clients)
+		if bc.privacy {
+			name += "/privacy"
+		}
+		b.Run(name, func(b *testing.B) {
 			o := testOptions(b, "")
 			o.SpoolMaxEvents = 10_000_000
 			o.SpoolMaxBytes = 10 << 30
+			if bc.privacy {
+				pol, err := privacy.New(privacy.Options{ContactID: privacy.Hash, Key: []byte("bench-key-0123456789abcdef")})
+				if err != nil {
+					b.Fatal(err)
+				}
+				er := &erasedSet{}
+				er.add("00000000-0000-4000-8000-000000000000")
+				o.Redact, o.RedactRules, o.Erased = pol.Idempotent().WebhookBody, "bench", er.erased
+			}
 			if c := os.Getenv("WEBHOOKRX_BENCH_CONCURRENCY"); c != "" {
 				o.ProcessConcurrency, _ = strconv.Atoi(c)
 			}
