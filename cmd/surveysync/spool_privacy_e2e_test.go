@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -184,4 +185,70 @@ webhooks:
 			t.Errorf("the log holds the contact id %s", m)
 		}
 	}
+}
+
+// privacy apply covers the spool: an event waiting under no rule (its
+// detail answers 503) holds a contact id in clear; with contact_id: hash
+// configured, run refuses, privacy apply rewrites the waiting body
+// (webhook_spool=1) and compacts the file; then no byte of the clear id is
+// left under the spool directory, the hash is, and run starts.
+func TestPrivacyApplyRewritesTheSpool(t *testing.T) {
+	const sid = 123
+	spoolDir := t.TempDir()
+	port, path := freePort(t), "/hooks/e2e-"+randHex(8)
+	e := newEmulator(t, sim.Options{Surveys: []sim.SurveySpec{{ID: sid, Responses: 5, Seed: 4}},
+		WebhookURL: fmt.Sprintf("http://127.0.0.1:%d%s", port, path), WebhookSchedule: []time.Duration{0, 200 * time.Millisecond, time.Second}})
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfgPath := writeConfig(t, e, nil, fmt.Sprintf("sync:\n  poll_interval: 1s\n  settle_lag: 0s\n"+
+		"webhooks:\n  enabled: true\n  listen: 127.0.0.1:%d\n  path: %s\n  spool_dir: %s\n", port, path, spoolDir))
+	rewriteConfig(t, cfgPath, map[string]string{"metrics:\n  listen: \"\"\n": "metrics:\n  listen: " + metrics + "\nshutdown:\n  drain_timeout: 2s\n",
+		"max_retries: 10": "max_retries: 1"})
+	d := startDaemon(t, cfgPath)
+	waitReadyz(t, d, metrics, http.StatusOK, "ready", 90*time.Second)
+	const contact = int64(918273655)
+	id := survey.GUID("5b1e7a00-0000-4000-8000-000000000055")
+	if err := e.sim.InjectFault(sim.Fault{Op: sim.OpGetResponse, Kind: "503", Survey: sid, Response: string(id)}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Add(-2 * time.Minute)
+	if _, err := e.sim.AddResponse(sid, survey.Response{ResponseID: id, ResponseStatus: survey.StatusCompleted, ContactID: ptrTo(contact), DistributionID: ptrTo(int64(sid*10 + 2)),
+		DateCreated: survey.Time{Time: now.Add(-10 * time.Minute)}, DateCompleted: survey.TimeOf(now)}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(grepTree(t, spoolDir, []string{fmt.Sprint(contact)})) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the webhook with the contact id did not reach the spool; output:\n%s", tail(d.output(), 30))
+		}
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, time.Minute)
+
+	keyFile := filepath.Join(t.TempDir(), "hash.key")
+	if err := os.WriteFile(keyFile, []byte(privKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "privacy:\n  hash_key_file: %s\n  fields:\n    contact_id: hash\n", keyFile)
+	_ = f.Close()
+	if out, err := exec.Command(binPath, "run", "--config", cfgPath).CombinedOutput(); err == nil || !strings.Contains(string(out), "privacy apply") {
+		t.Fatalf("run with stricter rules: %v\n%s", err, tail(string(out), 10))
+	}
+	out, err := exec.Command(binPath, "privacy", "apply", "--config", cfgPath).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "webhook_spool=1") {
+		t.Fatalf("privacy apply: %v\n%s", err, out)
+	}
+	if hits := grepTree(t, spoolDir, []string{fmt.Sprint(contact)}); len(hits) > 0 {
+		t.Fatalf("after privacy apply the contact id in clear is still in %v", hits)
+	}
+	if len(grepTree(t, spoolDir, []string{hmacHex(fmt.Sprint(contact))})) == 0 {
+		t.Fatal("the waiting event's contact_id_hash is not in the spool")
+	}
+	d = startDaemon(t, cfgPath)
+	waitReadyz(t, d, metrics, http.StatusOK, "ready", 90*time.Second)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t, time.Minute)
+	t.Logf("privacy apply: %s", strings.TrimSpace(string(out)))
 }
