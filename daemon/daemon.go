@@ -237,6 +237,7 @@ type parts struct {
 	cfg          *config.Config // the configuration running: a reload replaces it (under the reload goroutine only)
 	surveys      []int64
 	exclude      *excludeList
+	hooks        *webhookChecks // the webhook processor's per-survey state; nil without webhooks
 	where        string
 	close        func() error // closes the files store
 }
@@ -307,7 +308,9 @@ func assemble(ctx context.Context, cfg *config.Config, client *surveyapi.Client,
 		d.verifier.d.ready = d.poller.FirstPassDone()
 	}
 	if cfg.Webhooks.Enabled {
-		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude}, policy, erased, log, reg); err != nil {
+		d.hooks = newWebhookChecks(client, time.Now)
+		d.hooks.setConfigured(cfg.Surveys)
+		if d.rx, err = newReceiver(cfg, withTombstones(wh, d.eraser), &webhookProcessor{pipe: d.pipe, poller: d.poller, surveys: d.book, api: client, inv: wh.Inventory(), now: time.Now, exclude: d.exclude, checks: d.hooks}, policy, erased, log, reg); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		if eraser != nil {

@@ -81,6 +81,9 @@ func feedNames(cfg *config.Config) []string {
 // surveys added to polling.
 func (d *parts) applySurveys(cur, next *config.Config) []int64 {
 	d.exclude.set(next.SurveysExclude)
+	if d.hooks != nil {
+		d.hooks.setConfigured(next.Surveys)
+	}
 	for _, id := range next.SurveysExclude {
 		d.poller.RemoveSurvey(id)
 	}

@@ -74,7 +74,7 @@ const (
 	// (never synced, not read lately) checked with the API, over all
 	// surveys: random survey ids cannot be batched per survey.
 	unknownRate  = 1 // a second
-	unknownBurst = 5
+	unknownBurst = 3
 	surveysMax   = 10_000
 )
 
@@ -225,12 +225,13 @@ type surveyCheck struct {
 // webhookChecks holds the per-survey state. Its zero value is not usable;
 // use newWebhookChecks.
 type webhookChecks struct {
-	mu      sync.Mutex
-	surveys map[int64]*surveyCheck
-	unknown *rate.Limiter // checks of unknown surveys
-	absent  *absentSet
-	api     surveyLister
-	now     func() time.Time
+	mu         sync.Mutex
+	surveys    map[int64]*surveyCheck
+	unknown    *rate.Limiter  // checks of unknown surveys
+	configured map[int64]bool // the surveys of the configuration (surveys:)
+	absent     *absentSet
+	api        surveyLister
+	now        func() time.Time
 	// sleep waits d or until ctx is done (a test may replace it).
 	sleep func(ctx context.Context, d time.Duration) error
 }
@@ -355,6 +356,18 @@ func (c *webhookChecks) markReadable(surveyID int64) {
 	s.readableAt, s.deniedAt = c.now(), time.Time{}
 }
 
+// setConfigured replaces the configured surveys (at start and at a
+// reload): they are never unknown.
+func (c *webhookChecks) setConfigured(ids []int64) {
+	m := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	c.mu.Lock()
+	c.configured = m
+	c.mu.Unlock()
+}
+
 // markDenied records that the token cannot read the survey (403, or 404 on
 // a list call).
 func (c *webhookChecks) markDenied(surveyID int64, err error) {
@@ -366,8 +379,9 @@ func (c *webhookChecks) markDenied(surveyID int64, err error) {
 
 // admit decides whether an event of surveyID may cost API calls: not for
 // a survey found unreadable within readableTTL; for one that is neither
-// known (synced before, in the surveys table) nor read lately, only within
-// unknownRate over all surveys. The error says why not.
+// configured, nor known (in the surveys table: synced or launched before),
+// nor read lately, only within unknownRate over all surveys (random survey
+// ids cannot share a listing). The error says why not.
 func (c *webhookChecks) admit(surveyID int64, known bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -377,7 +391,7 @@ func (c *webhookChecks) admit(surveyID int64, known bool) error {
 		return fmt.Errorf("survey %d, which the API token could not read %v ago (%w): not asked again for %v; the event is not acted on",
 			surveyID, now.Sub(s.deniedAt).Round(time.Second), s.denied, readableTTL)
 	}
-	if known || s != nil && !s.readableAt.IsZero() && now.Sub(s.readableAt) < readableTTL {
+	if known || c.configured[surveyID] || s != nil && !s.readableAt.IsZero() && now.Sub(s.readableAt) < readableTTL {
 		return nil
 	}
 	if !c.unknown.AllowN(now, 1) {

@@ -77,7 +77,7 @@ func (w *webhookProcessor) Process(ctx context.Context, ev webhookrx.Event) erro
 		return nil // acknowledged: the service need not send it again
 	}
 	if ev.Kind() != webhookrx.KindUnknown {
-		if err := w.check().admit(e.SurveyID, w.surveys.has(e.SurveyID)); err != nil {
+		if err := w.check().admit(e.SurveyID, w.surveys.has(e.SurveyID)); err != nil { // configured, or in the surveys table
 			return permanent.New("webhook", err)
 		}
 	}
@@ -141,8 +141,7 @@ func (w *webhookProcessor) readable(ctx context.Context, surveyID int64) error {
 
 // responseReceived fetches and writes the response a webhook names. An id
 // known to be absent is never fetched without a check, and neither are
-// the events of an unknown survey or of a survey whose webhooks name
-// absent responses: they are
+// the events of a survey whose webhooks name absent responses: they are
 // checked against a listing of the survey made after they arrived
 // (webhookcheck.go), one for all the events waiting, and only the listed
 // ones are fetched. An absent response ends the event as rejected and puts
@@ -152,12 +151,7 @@ func (w *webhookProcessor) responseReceived(ctx context.Context, ev webhookrx.Ev
 	e := ev.Parsed
 	c := w.check()
 	key := responseKey{survey: e.SurveyID, id: e.ResponseID}
-	// A survey neither synced before nor read lately (random survey ids
-	// cost as much as random response ids) is checked by its listing too:
-	// one call answers both whether the token reads it and whether the
-	// response is there.
-	known := w.surveys.has(e.SurveyID) || c.readable(e.SurveyID)
-	if known && !c.absent.has(key, w.now()) {
+	if !c.absent.has(key, w.now()) {
 		direct, err := c.startDirect(ctx, e.SurveyID)
 		if err != nil {
 			return err
