@@ -173,6 +173,7 @@ func Run(rootCtx context.Context, cfg *config.Config, log *slog.Logger, o Option
 	serveHAStatus(routes, d.elector)
 	if cfg.Metrics.Listen != "" {
 		d.serveResync(routes, adminToken, AdminTokenPath(cfg))
+		d.serveReread(routes, adminToken, AdminTokenPath(cfg))
 	}
 	late.set(routes)
 	if !o.ExitWhenSynced {

@@ -174,8 +174,8 @@ func (r *Result) Clean() bool {
 // Reread is a response a repair reads again, with the status of the list
 // that showed it ("" for an extra one: no list does).
 type Reread struct {
-	ID           survey.GUID
-	ListedStatus string
+	ID           survey.GUID `json:"id"`
+	ListedStatus string      `json:"listed_status"`
 }
 
 // Rereads are the responses that differ, each once: what a repair reads

@@ -53,6 +53,7 @@ Usage:
   surveysync feed resolve NAME --as pushed|retry KEY...   settle them (daemon stopped)
   surveysync views [--refresh] [--columns] [--survey ID]...   the wide views survey_<id> (ClickHouse): list, or re-create
   surveysync resync --survey ID [--from DATE] [--to DATE]   read a survey's responses of a range again and write them as new versions
+  surveysync verify [--survey ID]... [--deep] [--repair] [--json]   compare the service with the warehouse per survey and stream (exit 1 when they differ)
   surveysync export --survey ID [--output FILE] [--since TIME] [--bom] [--table T]   a survey's wide view (or long table) as CSV or Parquet (from ClickHouse, else the Parquet files)
   surveysync erase --survey S --response ID | --contact ID   erase responses physically, audited (docs/privacy.md)
   surveysync privacy apply [--all] [--dry-run]   apply changed privacy rules to the data already written (docs/privacy.md)
@@ -220,6 +221,20 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return resync(ctx, cfg, f, stdout, stderr)
+	case "verify":
+		var f verifyFlags
+		cfg, _, code := load(command{name: "verify",
+			about: "Compare, for every configured survey (or each --survey) and stream, what the service lists with what the warehouse holds as current: SERVICE, WAREHOUSE, MISSING (listed, not current in the warehouse), EXTRA (current, not listed), and with --deep CONTENT (current rows that differ from a fresh read of the detail: one API call per response). Read-only, safe beside a running daemon. --repair reads what differs again (through the running daemon when one answers on metrics.listen, else in this process) and verifies again. Exit status: 0 nothing differs, 1 something does, 2 it could not verify.",
+			extra: func(fs *pflag.FlagSet) {
+				fs.Int64SliceVar(&f.surveys, "survey", nil, "verify this survey only (repeatable; default: every survey the daemon syncs)")
+				fs.BoolVar(&f.deep, "deep", false, "also read every current response again and compare its rows (one detail call each: for audits)")
+				fs.BoolVar(&f.repair, "repair", false, "read what differs again, then verify again")
+				fs.BoolVar(&f.json, "json", false, "one JSON object per line per survey and stream")
+			}}, rest, stdout, stderr)
+		if cfg == nil {
+			return code
+		}
+		return verifyCmd(ctx, cfg, f, stdout, stderr)
 	case "copy-from":
 		var from copyFlags
 		cfg, pos, code := load(command{name: "copy-from", args: "HOST:PORT", positional: 1, configFlags: sinkFlags, noAPI: true,
