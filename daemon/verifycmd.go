@@ -170,7 +170,7 @@ func RereadOnce(ctx context.Context, cfg *config.Config, log *slog.Logger, reqs 
 		erased = eraser.Erased // erased responses stay erased
 	}
 	pipe := newPipeline(cfg, nil, erased, policy.Fetcher(client), wh, log, reg)
-	poller := newPoller(cfg, nil, nil, client, client, pipe, wh, log, reg)
+	poller := newPoller(cfg, nil, nil, client, client, pipe, wh, nil, log, reg)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return pipe.Run(gctx) })
 	g.Go(func() error {
