@@ -253,7 +253,9 @@ func (w *webhookProcessor) confirmEnded(ctx context.Context, surveyID int64, at 
 	if err != nil {
 		return permanent.New("webhook", err)
 	}
-	l, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1, StartStartedAt: at, Status: survey.StatusPartial})
+	// From a second after the end: a respondent who started in the very
+	// second the survey ended does not make it live (the bound is inclusive).
+	l, err := w.api.ListResponses(ctx, surveyID, survey.ListQuery{Page: 1, PerPage: 1, StartStartedAt: at.Add(time.Second), Status: survey.StatusPartial})
 	n := 0
 	if l != nil {
 		n = max(l.Total, len(l.Data))
