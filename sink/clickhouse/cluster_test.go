@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -197,9 +200,9 @@ func syncReplicas(t *testing.T, addrs []string, db string, tables ...string) {
 }
 
 // TestClusterOpenWithANodeDown: the migrations of a fresh database wait for every
-// node; with one down, Open fails within clickhouse.ddl_timeout with an
-// error that names the cluster and what to check, and succeeds once the
-// node is back.
+// node; with one down, Open fails within clickhouse.ddl_timeout with a
+// *ClusterDDLError that names the cluster, the node and the statement (the
+// daemon waits it out), and succeeds once the node is back.
 func TestClusterOpenWithANodeDown(t *testing.T) {
 	c := chcluster.FromEnv(t)
 	if onCluster() {
@@ -210,23 +213,35 @@ func TestClusterOpenWithANodeDown(t *testing.T) {
 	o := Options{Addr: c.Addrs, Database: randomDB(), Cluster: c.Name, DDLTimeout: 3 * time.Second, Registerer: prometheus.NewRegistry()}
 	start := time.Now()
 	_, err := Open(ctxT(t), o)
-	if err == nil {
-		t.Fatal("Open with a node down succeeded")
+	var cde *ClusterDDLError
+	if !errors.As(err, &cde) || !Unreachable(err) {
+		t.Fatalf("Open with a node down: %v, want a *ClusterDDLError", err)
 	}
-	for _, want := range []string{"ON CLUSTER " + c.Name, "did not finish on every node", "clickhouse.ddl_timeout"} {
+	for _, want := range []string{"cluster " + c.Name, "migration bootstrap statement 1", "did not finish on every node", "node " + c.Addrs[3]} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
+	}
+	if !strings.Contains(cde.Fix(), "start ClickHouse on "+c.Addrs[3]) {
+		t.Errorf("fix: %s", cde.Fix())
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("Open took %v to fail", took)
 	}
 	c.Start(t, 4)
 	o.DDLTimeout = time.Minute
-	o.Registerer = prometheus.NewRegistry()
-	s, err := Open(ctxT(t), o)
-	if err != nil {
-		t.Fatalf("Open once the node is back: %v", err)
+	// The node runs the statement queued meanwhile first: until then Open
+	// says so (the daemon retries with back-off, as here).
+	var s *Sink
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		o.Registerer = prometheus.NewRegistry()
+		if s, err = Open(ctxT(t), o); err == nil {
+			break
+		}
+		if !errors.As(err, &cde) || time.Now().After(deadline) {
+			t.Fatalf("Open once the node is back: %v", err)
+		}
+		t.Logf("node 4 back, not done yet: %s", cde.Summary())
 	}
 	if err := dropDatabase(context.Background(), s); err != nil {
 		t.Error(err)
@@ -262,5 +277,54 @@ func TestUUIDShardingKeyIsARefusal(t *testing.T) {
 	}
 	if !we.Refused || we.Code != 43 || we.Table != "responses" || !strings.Contains(we.Message, "cityHash64") {
 		t.Errorf("WriteError = %+v, want a refusal of responses with code 43 naming cityHash64", we)
+	}
+}
+
+// TestClusterMigrationAttachesAReplicaLeftByACrash: a node killed while it
+// created a replicated table leaves the replica registered in ZooKeeper
+// without the table (no metadata file); a CREATE … IF NOT EXISTS then fails
+// on that node with "Replica … already exists" (code 253) at every start.
+// The migrations attach the replica there instead (ATTACH TABLE IF NOT
+// EXISTS … ON CLUSTER), metadata included, and go on.
+func TestClusterMigrationAttachesAReplicaLeftByACrash(t *testing.T) {
+	c := chcluster.FromEnv(t)
+	if onCluster() {
+		t.Skip("runs once, with the cluster tests of make test-cluster, not in its on-cluster pass")
+	}
+	if c.Dir == "" {
+		t.Skip(chcluster.EnvDir + " is not set: the test removes a node's metadata file")
+	}
+	c.Quiet(t)
+	create := `CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = {{.Engine "t" "MergeTree()"}} ORDER BY a`
+	one := fstest.MapFS{"migrations/0001_t.sql": {Data: []byte(create)}}
+	two := fstest.MapFS{"migrations/0001_t.sql": one["migrations/0001_t.sql"], "migrations/0002_t_again.sql": {Data: []byte(create)}}
+	db := randomDB()
+	o := Options{Addr: c.Addrs, Database: db, Cluster: c.Name, Registerer: prometheus.NewRegistry(), migrations: one}
+	s, err := Open(ctxT(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = dropDatabase(context.Background(), s)
+		s.Close()
+	}()
+	// Node 4 as a kill mid-CREATE leaves it: the replica in ZooKeeper, no
+	// table, no metadata file.
+	c.Query(t, 4, "DETACH TABLE "+db+".t_local")
+	meta := filepath.Join(c.Dir, "n4", "data", "metadata", db, "t_local.sql")
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	o.migrations, o.Registerer = two, prometheus.NewRegistry()
+	s2, err := Open(ctxT(t), o)
+	if err != nil {
+		t.Fatalf("Open over a replica left without its table: %v", err)
+	}
+	s2.Close()
+	if n := c.Query(t, 4, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 't_local'"); n != "1" {
+		t.Errorf("node 4 has %s t_local tables after the migration", n)
+	}
+	if _, err := os.Stat(meta); err != nil {
+		t.Errorf("node 4's metadata of t_local: %v", err)
 	}
 }

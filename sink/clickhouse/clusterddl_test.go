@@ -12,7 +12,7 @@ import (
 // What a migration the cluster did not finish says, and which server
 // errors count as such (and so are waited out at start) rather than as a
 // refusal of the statement.
-func TestClusterDDLError(t *testing.T) {
+func TestMigrationClusterDDLError(t *testing.T) {
 	code48 := &ch.Exception{Code: 48, Message: "There was an error on [127.0.0.1:9102]: Code: 48, e.displayText() = DB::Exception: Cannot enqueue replicated DDL query for a replicated shard"}
 	timeout := &ch.Exception{Code: codeTimeoutExceeded, Message: "Watching task /clickhouse/task_queue/ddl/query-0000000079 is executing longer than distributed_ddl_task_timeout (=5) seconds"}
 	readOnly := &ch.Exception{Code: 242, Message: "There was an error on [127.0.0.1:9104]: Code: 242, Table is in readonly mode"}

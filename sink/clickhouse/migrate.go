@@ -271,7 +271,10 @@ func (s *Sink) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.runBootstrap(ctx); err != nil {
+	// The database and schema_migrations first; the lock's table only
+	// when a migration is pending (a database migrated by an older
+	// version does not need every node up to get it before then).
+	if err := s.runBootstrap(ctx, 2); err != nil {
 		return err
 	}
 	applied, err := s.appliedMigrations(ctx)
@@ -280,6 +283,9 @@ func (s *Sink) migrate(ctx context.Context) error {
 	}
 	if !pending(ms, applied) {
 		return nil
+	}
+	if err := s.runBootstrap(ctx, len(bootstrapObjects)); err != nil {
+		return err
 	}
 	lock, err := s.lockMigrations(ctx)
 	if err != nil {
@@ -308,7 +314,7 @@ func (s *Sink) migrate(ctx context.Context) error {
 		}
 		start := time.Now()
 		for i, stmt := range stmts {
-			if err := s.execDDLRaw(ctx, stmt); err != nil {
+			if err := s.execMigrationDDL(ctx, stmt); err != nil {
 				return s.migrationError(ctx, m.File, i+1, stmt, err)
 			}
 		}
@@ -331,25 +337,29 @@ func pending(ms []migration, applied map[int]bool) bool {
 	return false
 }
 
-// runBootstrap runs the bootstrap statements whose object the node does
-// not have yet: after the first start none is queued again (on a cluster
-// with a node down, each would wait clickhouse.ddl_timeout).
-func (s *Sink) runBootstrap(ctx context.Context) error {
+// runBootstrap runs the first n bootstrap statements whose object the
+// node does not have yet: after the first start none is queued again (on a
+// cluster with a node down, each would wait clickhouse.ddl_timeout).
+func (s *Sink) runBootstrap(ctx context.Context, n int) error {
 	have, err := s.bootstrapped(ctx)
 	if err != nil {
 		return err
 	}
-	if len(have) == len(bootstrapObjects) {
+	missing := false
+	for _, o := range bootstrapObjects[:n] {
+		missing = missing || !have[o]
+	}
+	if !missing {
 		return nil
 	}
 	if err := s.pendingDDL(ctx, "bootstrap"); err != nil {
 		return err
 	}
-	for i, stmt := range bootstrap(s.tmpl) {
+	for i, stmt := range bootstrap(s.tmpl)[:n] {
 		if have[bootstrapObjects[i]] {
 			continue
 		}
-		if err := s.execDDLRaw(ctx, stmt); err != nil {
+		if err := s.execMigrationDDL(ctx, stmt); err != nil {
 			return s.migrationError(ctx, "bootstrap", i+1, stmt, err)
 		}
 	}
@@ -436,6 +446,34 @@ func (s *Sink) execDDL(ctx context.Context, stmt string) error {
 		return s.clusterDDLError(err)
 	}
 	return nil
+}
+
+// execMigrationDDL runs a statement of a migration (execDDLRaw). On a
+// replicated cluster, a node killed while it created a replicated table
+// can leave the table's replica registered in ZooKeeper without the table
+// (ClickHouse registers the replica, then writes the table's metadata): the
+// CREATE … IF NOT EXISTS then fails on that node, for ever, with "Replica …
+// already exists" (code 253). The same statement as ATTACH TABLE IF NOT
+// EXISTS … ON CLUSTER attaches that replica on that node (and writes its
+// metadata) and does nothing where the table exists.
+func (s *Sink) execMigrationDDL(ctx context.Context, stmt string) error {
+	err := s.execDDLRaw(ctx, stmt)
+	if err == nil || !s.tmpl.Replicated || s.tmpl.OnCluster == "" || !isReplicaExists(err) || !createTableRE.MatchString(stmt) {
+		return err
+	}
+	s.log.Warn("a node has this table's replica in ZooKeeper but not the table (it died while creating it): attaching the replica there",
+		"statement", firstLine(stmt), "err", err)
+	return s.execDDLRaw(ctx, createTableRE.ReplaceAllString(stmt, "ATTACH TABLE IF NOT EXISTS "))
+}
+
+var createTableRE = regexp.MustCompile(`^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+`)
+
+// codeReplicaAlreadyExists is REPLICA_IS_ALREADY_EXIST.
+const codeReplicaAlreadyExists = 253
+
+func isReplicaExists(err error) bool {
+	var ex *ch.Exception
+	return errors.As(err, &ex) && ex.Code == codeReplicaAlreadyExists
 }
 
 // execDDLRaw is execDDL returning the server's error as it came (the

@@ -261,3 +261,35 @@ func TestMigrationsLock(t *testing.T) {
 		t.Errorf("%d claims released, want 2 (openTest's first Open, the last one)", n)
 	}
 }
+
+// A database migrated before the lock existed gets migration_lock only
+// when a migration is pending: a start with nothing to apply queues no DDL
+// (on a cluster it would need every node up).
+func TestMigrationLockTableOnlyWhenPending(t *testing.T) {
+	one := fstest.MapFS{"migrations/0001_t.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "t"}}{{.OnCluster}} (a UInt8) ENGINE = {{.Engine "t" "MergeTree()"}} ORDER BY a`)}}
+	two := fstest.MapFS{
+		"migrations/0001_t.sql": one["migrations/0001_t.sql"],
+		"migrations/0002_u.sql": {Data: []byte(`CREATE TABLE IF NOT EXISTS {{.Local "u"}}{{.OnCluster}} (a UInt8) ENGINE = {{.Engine "u" "MergeTree()"}} ORDER BY a`)},
+	}
+	s, _ := openTest(t, func(o *Options) { o.migrations = one })
+	if err := s.execDDL(ctxT(t), "DROP TABLE "+migrationLockTable(s.Database())+s.tmpl.OnCluster); err != nil {
+		t.Fatal(err)
+	}
+	lockTable := "SELECT count() FROM system.tables WHERE database = '" + s.Database() + "' AND name = 'migration_lock'"
+	s1, err := Open(ctxT(t), withMigrations(testOptions(s.Database()), one))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	if countRows(t, s, lockTable) != 0 {
+		t.Error("migration_lock created although nothing was pending")
+	}
+	s2, err := Open(ctxT(t), withMigrations(testOptions(s.Database()), two))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+	if countRows(t, s, lockTable) != 1 {
+		t.Error("migration_lock not created for a pending migration")
+	}
+}
