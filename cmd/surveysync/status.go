@@ -15,6 +15,7 @@ import (
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/pipeline"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/poll"
 )
 
@@ -57,6 +58,7 @@ func status(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) i
 	}
 	fmt.Fprintln(stdout)
 	printStates(stdout, states, o)
+	printVerify(ctx, stdout, cfg, wh.VerifyLog(), now)
 	printBudget(ctx, stdout, cfg)
 	printSinkWrites(ctx, stdout, cfg, time.Now())
 	printHA(ctx, stdout, cfg)
@@ -359,4 +361,67 @@ func printHA(ctx context.Context, w io.Writer, cfg *config.Config) {
 	default:
 		fmt.Fprintf(w, "  leader: %s\n", s.Leader)
 	}
+}
+
+// printVerify shows, per survey, when the warehouse was last verified
+// equal to the service and what the latest pass found (verify_runs, or
+// _state/verify_runs.jsonl): docs/operations.md, "Verification".
+func printVerify(ctx context.Context, w io.Writer, cfg *config.Config, vl warehouse.VerifyLog, now time.Time) {
+	fmt.Fprintln(w)
+	every := "every " + config.FormatDuration(cfg.Verify.Interval)
+	if cfg.Verify.Interval <= 0 {
+		every = "off (verify.interval is 0; reconcile passes still report)"
+	}
+	sts, err := vl.VerifyStates(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "verification (%s): history unreadable: %v\n", every, err)
+		return
+	}
+	fmt.Fprintf(w, "verification (%s):\n", every)
+	if len(sts) == 0 {
+		fmt.Fprintln(w, "  no pass recorded yet (the first comes verify.interval after the daemon's first poll pass)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SURVEY\tLAST VERIFIED CLEAN\tLAST PASS\tDRIFT (before repair)")
+	for _, st := range sts {
+		clean := "never"
+		if !st.LastClean.IsZero() {
+			clean = fmt.Sprintf("%s (%s ago)", st.LastClean.UTC().Format(time.RFC3339), daemon.RoundDuration(now.Sub(st.LastClean)))
+		}
+		last := fmt.Sprintf("%s %s", st.LastPass.UTC().Format(time.RFC3339), strings.ToUpper(st.Result))
+		if st.Result == warehouse.VerifyClean {
+			last = fmt.Sprintf("%s clean", st.LastPass.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", st.SurveyID, clean, last, driftText(st))
+	}
+	tw.Flush()
+}
+
+// driftText is what the latest rows of a survey found: "none", or per
+// stream the missing, extra and content counts; the error of a failed
+// pass.
+func driftText(st warehouse.VerifyState) string {
+	var parts []string
+	for _, r := range st.Latest {
+		if r.Result == warehouse.VerifyError && r.Error != "" {
+			return "unknown: " + r.Error
+		}
+		var kinds []string
+		for _, k := range []struct {
+			n    int64
+			name string
+		}{{r.Missing, "missing"}, {r.Extra, "extra"}, {r.Content, "content"}} {
+			if k.n > 0 {
+				kinds = append(kinds, fmt.Sprintf("%d %s", k.n, k.name))
+			}
+		}
+		if len(kinds) > 0 {
+			parts = append(parts, r.Stream+": "+strings.Join(kinds, ", "))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }
