@@ -84,7 +84,8 @@ func openBackend(ctx context.Context, cfg *config.Config, log *slog.Logger, reg 
 	if err != nil {
 		return nil, err
 	}
-	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet"), KeepTempFiles: !owner})
+	return parquet.OpenWarehouse(parquet.Options{Dir: dir, Logger: log.With("component", "parquet"), KeepTempFiles: !owner,
+		WideChoiceIDs: cfg.Wide.ChoiceIDs})
 }
 
 // ClickHouseOptions maps the clickhouse section of the configuration onto

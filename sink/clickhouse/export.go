@@ -9,6 +9,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/wide"
 )
 
@@ -142,4 +143,26 @@ func (s *Sink) wideRows(ctx context.Context, surveyID int64, o ExportOptions) (d
 		return nil, fmt.Errorf("clickhouse: export survey %d: %w", surveyID, err)
 	}
 	return rows, nil
+}
+
+// Exporter returns s: the wide views and the *_current views.
+func (s *Sink) Exporter() warehouse.Exporter { return exporter{s} }
+
+// exporter is the Sink seen as a warehouse.Exporter.
+type exporter struct{ s *Sink }
+
+// WideColumns reads the survey's rows of wide_columns.
+func (e exporter) WideColumns(ctx context.Context, surveyID int64) ([]wide.Column, error) {
+	return e.s.WideColumns(ctx, surveyID)
+}
+
+// Export reads the survey's wide view (warehouse.ExportWide) or a
+// *_current view.
+func (e exporter) Export(ctx context.Context, table string, surveyID int64, since time.Time,
+	open func([]wide.Field) (wide.Writer, error)) (int, error) {
+	o := ExportOptions{Since: since}
+	if table == warehouse.ExportWide {
+		return e.s.exportWide(ctx, surveyID, o, open)
+	}
+	return e.s.ExportTable(ctx, table, surveyID, o, open)
 }

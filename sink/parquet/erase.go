@@ -75,13 +75,14 @@ func (w *dirWarehouse) CurrentResponses(ctx context.Context, surveyID int64) (ma
 }
 
 // HasResponse reports whether the response is current (written, latest
-// version not a deletion). It reads the survey's responses files.
+// version not a deletion), whatever the case of id. It reads the survey's
+// responses files.
 func (w *dirWarehouse) HasResponse(ctx context.Context, surveyID int64, id survey.GUID) (bool, error) {
 	cur, err := w.CurrentResponses(ctx, surveyID)
 	if err != nil {
 		return false, err
 	}
-	_, ok := cur[id]
+	_, ok := cur[survey.GUID(strings.ToLower(string(id)))]
 	return ok, nil
 }
 

@@ -122,6 +122,9 @@ type Options struct {
 	// they are (surveysync status, query, …). Only the process holding the
 	// folder's lock (the daemon, internal/dirlock) removes them at Open.
 	KeepTempFiles bool
+	// WideChoiceIDs adds a choice-id column beside each choice question's
+	// in the wide export (wide.choice_ids), as ClickHouse's views do.
+	WideChoiceIDs bool
 }
 
 // Sink writes batches as Parquet files and keeps state in JSON files. It

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
+	"github.com/surveysync/surveysync/wide"
 )
 
 // dirWarehouse is the Parquet sink with its other parts in files beside the
@@ -28,6 +30,8 @@ type dirWarehouse struct {
 
 	eraseMu  sync.Mutex // serialises appends to the erasures log
 	verifyMu sync.Mutex // serialises appends to the verification history
+
+	choiceIDs bool // Options.WideChoiceIDs
 }
 
 // OpenWarehouse opens the Parquet warehouse in o.Dir.
@@ -36,7 +40,7 @@ func OpenWarehouse(o Options) (warehouse.Warehouse, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dirWarehouse{Sink: s}, nil
+	return &dirWarehouse{Sink: s, choiceIDs: o.WideChoiceIDs}, nil
 }
 
 // FileIndex opens <dir>/uploaded_files.db (importing a former
@@ -102,6 +106,24 @@ func (w *dirWarehouse) Ping(context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Exporter returns w: it reads the files (ExportWide, ExportTable).
+func (w *dirWarehouse) Exporter() warehouse.Exporter { return w }
+
+// WideColumns names the survey's questions as the wide export does.
+func (w *dirWarehouse) WideColumns(ctx context.Context, surveyID int64) ([]wide.Column, error) {
+	return WideColumns(ctx, w.dir, surveyID, w.choiceIDs)
+}
+
+// Export reads the survey's files: ExportWide, or ExportTable.
+func (w *dirWarehouse) Export(ctx context.Context, table string, surveyID int64, since time.Time,
+	open func([]wide.Field) (wide.Writer, error)) (int, error) {
+	o := WideOptions{Since: since, ChoiceIDs: w.choiceIDs}
+	if table == warehouse.ExportWide {
+		return ExportWide(ctx, w.dir, surveyID, o, open)
+	}
+	return ExportTable(ctx, w.dir, table, surveyID, o, open)
 }
 
 func (w *dirWarehouse) String() string { return "Parquet files under " + w.dir }

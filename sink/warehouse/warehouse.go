@@ -52,6 +52,8 @@ type Warehouse interface {
 	// Verifier reads what verification compares with the service
 	// (package verify): a new reader per pass.
 	Verifier() VerifyReader
+	// Exporter reads a survey's current rows (surveysync export).
+	Exporter() Exporter
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error
