@@ -59,7 +59,13 @@ func (x *FileIndex) Record(ctx context.Context, recs []files.Record) error {
 }
 
 const fileColumns = "toString(file_id), toString(response_id), survey_id, question_id, object_url, file_name, size_bytes," +
-	" sha256, content_type, stored_at, error, attempts, _version"
+	" sha256, content_type, stored_at, error, attempts, _version, 0"
+
+// latestFileColumns are fileColumns at each file's latest version, deleted
+// or not, from uploaded_files grouped by survey_id, response_id, file_id.
+const latestFileColumns = "toString(file_id), toString(response_id), survey_id, argMax(question_id, _version), argMax(object_url, _version)," +
+	" argMax(file_name, _version), argMax(size_bytes, _version), argMax(sha256, _version), argMax(content_type, _version)," +
+	" argMax(stored_at, _version), argMax(error, _version), argMax(attempts, _version), max(_version), argMax(is_deleted, _version)"
 
 // Pending lists up to limit live files not stored yet (error set), oldest
 // attempt first, from uploaded_files_current.
@@ -72,10 +78,11 @@ func (x *FileIndex) Pending(ctx context.Context, limit int) ([]files.Record, err
 	return x.query(ctx, "list pending uploaded files", q)
 }
 
-// FilesOf returns the live (not deleted) files of a response.
+// FilesOf returns every file of a response at its latest version, a
+// deleted one too (Deleted set), from uploaded_files.
 func (x *FileIndex) FilesOf(ctx context.Context, surveyID int64, responseID survey.GUID) ([]files.Record, error) {
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE survey_id = ? AND response_id = toUUID(?) ORDER BY file_id",
-		fileColumns, x.s.table("uploaded_files_current"))
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE survey_id = ? AND response_id = toUUID(?) GROUP BY survey_id, response_id, file_id ORDER BY file_id",
+		latestFileColumns, x.s.table("uploaded_files"))
 	return x.query(ctx, "list uploaded files of response "+string(responseID), q, surveyID, string(responseID))
 }
 
@@ -95,13 +102,14 @@ func (x *FileIndex) query(ctx context.Context, what, q string, args ...any) ([]f
 			storedAt      time.Time
 			version       uint64
 			surveyID, qid int64
+			deleted       uint8
 		)
 		if err := rows.Scan(&fid, &rid, &surveyID, &qid, &r.ObjectURL, &r.FileName, &size, &r.SHA256, &r.ContentType,
-			&storedAt, &r.Error, &attempts, &version); err != nil {
+			&storedAt, &r.Error, &attempts, &version, &deleted); err != nil {
 			return nil, fmt.Errorf("clickhouse: %s: %w", what, err)
 		}
 		r.FileRef = files.FileRef{SurveyID: surveyID, ResponseID: survey.GUID(rid), QuestionID: qid, FileID: survey.GUID(fid)}
-		r.Size, r.Attempts, r.StoredAt, r.Version = int64(size), int(attempts), storedAt.UTC(), version
+		r.Size, r.Attempts, r.StoredAt, r.Version, r.Deleted = int64(size), int(attempts), storedAt.UTC(), version, deleted == 1
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

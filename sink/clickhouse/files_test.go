@@ -12,62 +12,23 @@ import (
 	"github.com/surveysync/surveysync/survey"
 )
 
-func TestFileIndex(t *testing.T) {
+// TestFileIndexJoinsAnswers: uploaded_files_current joins answers_current
+// by (response_id, question_id) (docs/schema.md). The index's contract is
+// the warehouse suite's (TestWarehouseSuite).
+func TestFileIndexJoinsAnswers(t *testing.T) {
 	s, _ := openTest(t, nil)
 	ctx := ctxT(t)
 	x := NewFileIndex(s)
 	rid := survey.GUID(guid(901))
-	other := survey.GUID(guid(902))
-	fid := func(n int) survey.GUID { return survey.GUID(guid(5000 + n)) }
 	at := time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
-	stored := files.Record{
-		FileRef:   files.FileRef{SurveyID: 42, ResponseID: rid, QuestionID: 1001, FileID: fid(1)},
-		ObjectURL: "s3://bucket/surveys/42/responses/" + string(rid) + "/" + string(fid(1)),
-		FileName:  "Přihláška – životopis.pdf", ContentType: "application/pdf", Size: 12345,
-		SHA256: "ab12", StoredAt: at, Version: 10,
+	stored := func(q int64, f int, v uint64) files.Record {
+		return files.Record{FileRef: files.FileRef{SurveyID: 42, ResponseID: rid, QuestionID: q, FileID: survey.GUID(guid(5000 + f))},
+			FileName: "Přihláška – životopis.pdf", SHA256: "ab12", StoredAt: at, Version: v}
 	}
-	failedOnce := files.Record{FileRef: files.FileRef{SurveyID: 42, ResponseID: rid, QuestionID: 1001, FileID: fid(2)},
-		StoredAt: at, Error: "copy file …: unexpected EOF", Attempts: 1, Version: 11}
-	failedThenStored := failedOnce
-	failedThenStored.FileID = fid(3)
-	laterStored := stored
-	laterStored.FileID, laterStored.Attempts, laterStored.Version = fid(3), 1, 20
-	gone := files.Record{FileRef: files.FileRef{SurveyID: 42, ResponseID: other, QuestionID: 7, FileID: fid(4)}, SHA256: "cd", Size: 1, StoredAt: at, Version: 12}
-	goneDeleted := gone
-	goneDeleted.Deleted, goneDeleted.Version = true, 30
-
-	// Two inserts, versions out of order across them.
-	if err := x.Record(ctx, []files.Record{laterStored, stored, gone, goneDeleted}); err != nil {
+	failed := stored(1001, 2, 11)
+	failed.SHA256, failed.Error = "", "copy file …: unexpected EOF"
+	if err := x.Record(ctx, []files.Record{stored(1001, 1, 10), stored(1001, 3, 20), failed, stored(7, 4, 12)}); err != nil {
 		t.Fatal(err)
-	}
-	if err := x.Record(ctx, []files.Record{failedOnce, failedThenStored}); err != nil {
-		t.Fatal(err)
-	}
-
-	pending, err := x.Pending(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pending) != 1 || pending[0].FileID != fid(2) || pending[0].Attempts != 1 || pending[0].Error == "" || !pending[0].StoredAt.Equal(at) {
-		t.Fatalf("Pending = %+v, want only file 2", pending)
-	}
-	live, err := x.FilesOf(ctx, 42, rid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(live) != 3 {
-		t.Fatalf("FilesOf = %+v, want 3 files", live)
-	}
-	got := live[0]
-	if got.FileID != fid(1) || got.FileName != stored.FileName || got.Size != 12345 || got.SHA256 != "ab12" ||
-		got.ContentType != "application/pdf" || got.ObjectURL != stored.ObjectURL || got.Version != 10 || got.QuestionID != 1001 {
-		t.Errorf("FilesOf[0] = %+v", got)
-	}
-	if live[2].FileID != fid(3) || live[2].SHA256 != "ab12" || live[2].Error != "" {
-		t.Errorf("FilesOf[2] = %+v, want the stored version", live[2])
-	}
-	if deleted, _ := x.FilesOf(ctx, 42, other); len(deleted) != 0 {
-		t.Errorf("deleted response's files are listed: %+v", deleted)
 	}
 
 	// Joinable to answers_current by (response_id, question_id).

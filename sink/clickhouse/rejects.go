@@ -48,8 +48,10 @@ func (s *Sink) WriteRejects(ctx context.Context, rejects []pipeline.Reject) erro
 // latest reject or later is not returned: the write wins.
 func (s *Sink) RejectedResponses(ctx context.Context, surveyID int64) (map[survey.GUID]string, error) {
 	rejects := s.table("rejects")
-	q := fmt.Sprintf("SELECT response_id, argMax(listed_status, rejected_at), toUInt32(max(rejected_at)) FROM %s "+
-		"WHERE survey_id = %d AND listed_status != '' GROUP BY response_id", rejects, surveyID)
+	// Grouped by the lower-case id: a list may name a response in either
+	// case.
+	q := fmt.Sprintf("SELECT lower(response_id) AS id, argMax(listed_status, rejected_at), toUInt32(max(rejected_at)) FROM %s "+
+		"WHERE survey_id = %d AND listed_status != '' GROUP BY id", rejects, surveyID)
 	rows, err := s.conn.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: read rejected responses of survey %d: %w", surveyID, err)

@@ -223,4 +223,3 @@ func current(t *testing.T, wh warehouse.Warehouse, surveyID int64) map[string]st
 }
 
 func itoa[N int | int64 | uint64](n N) string { return fmt.Sprint(n) }
-

@@ -56,7 +56,7 @@ func testErase(t *testing.T, s *suite) {
 		resp{survey: surveyErase, n: 3, version: version(1), contact: 7003},
 	)
 	write(t, wh, resp{survey: surveyErase, n: 1, version: version(2), contact: 7001, upload: true, noScale: true}) // a second version
-	write(t, wh, resp{survey: surveyErase2, n: 1, version: version(1), contact: 7001})                           // the contact in another survey
+	write(t, wh, resp{survey: surveyErase2, n: 1, version: version(1), contact: 7001})                             // the contact in another survey
 	if err := wh.WriteRejects(c, []pipeline.Reject{
 		{SurveyID: surveyErase, ResponseID: survey.GUID(strings.ToUpper(guid(surveyErase, 1))), Stage: pipeline.StageWrite, Reason: "too_long",
 			Source: "poll", RejectedAt: base, ListedStatus: survey.StatusCompleted},

@@ -137,8 +137,8 @@ func testRejects(t *testing.T, s *suite) {
 		rej(2, survey.StatusDisqualified, at.Add(time.Minute)), //
 		rej(3, survey.StatusCompleted, at),                     // written after the reject: the write wins
 		rej(4, survey.StatusCompleted, at.Add(time.Hour)),      // written, then rejected: the reject wins
-		rej(5, "", at),                                         // a webhook's: no list status
-		rej(6, survey.StatusPartial, at),                       // deleted after the reject: the deletion wins
+		rej(5, "", at),                   // a webhook's: no list status
+		rej(6, survey.StatusPartial, at), // deleted after the reject: the deletion wins
 		{SurveyID: surveyRejects2, ResponseID: survey.GUID(guid(surveyRejects2, 7)), Stage: pipeline.StageFlatten, Reason: "decode", Source: "poll",
 			RejectedAt: at, ListedStatus: survey.StatusCompleted},
 	}

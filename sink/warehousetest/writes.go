@@ -118,7 +118,7 @@ func testWriteTwice(t *testing.T, s *suite) {
 		}
 	}
 	want := map[string]string{guid(surveyWrite, 99): survey.StatusCompleted} // Fresh's
-	answers := 3                                                              // Fresh's
+	answers := 3                                                             // Fresh's
 	for _, r := range rs {
 		st := r.status
 		if st == "" {
