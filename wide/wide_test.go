@@ -1,6 +1,7 @@
 package wide
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -29,5 +30,44 @@ func TestCheckColumnName(t *testing.T) {
 		if err := CheckColumnName(bad); err == nil {
 			t.Errorf("CheckColumnName(%q): no error", bad)
 		}
+	}
+}
+
+func TestSanitizeName(t *testing.T) {
+	for in, want := range map[string]string{
+		"spokojenost":                "spokojenost",
+		"Zlepšení":                   "zlepseni",
+		"Spokojenost s úrovní (%)":   "spokojenost_s_urovni",
+		"ŽLUŤOUČKÝ kůň":              "zlutoucky_kun",
+		"1. otázka":                  "q_1_otazka",
+		"  --  ":                     "",
+		"Straße":                     "strasse",
+		"Q1_nps":                     "q1_nps",
+		strings.Repeat("dlouhé", 20): strings.TrimRight(strings.Repeat("dlouhe", 10), "_"),
+	} {
+		if got := SanitizeName(in); got != want {
+			t.Errorf("SanitizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestAssignNamesStableAndUnique(t *testing.T) {
+	taken := []Column{{QuestionID: 1, Variable: "zlepseni", Name: "zlepseni"}}
+	fresh := []Column{
+		{QuestionID: 2, Variable: "Zlepšení"},        // sanitises to a taken name
+		{QuestionID: 3, Variable: "response_status"}, // a response column's name
+		{QuestionID: 4, Variable: "hodnoceni", RowID: 7, RowLabel: "Cena"},
+		{QuestionID: 4, Variable: "hodnoceni", RowID: 8, RowLabel: ""},
+		{QuestionID: 5, Variable: "zdroj", Part: "other"},
+		{QuestionID: 6, Variable: ""},
+	}
+	AssignNames(taken, fresh)
+	var got []string
+	for _, c := range fresh {
+		got = append(got, c.Name)
+	}
+	want := []string{"zlepseni_2", "response_status_3", "hodnoceni_cena", "hodnoceni_r8", "zdroj_other", "q6"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("names %v, want %v", got, want)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/survey"
@@ -133,58 +131,5 @@ func TestWriteRejectsCancelled(t *testing.T) {
 	cancel()
 	if err := s.WriteRejects(ctx, []pipeline.Reject{{SurveyID: 1, ResponseID: "x"}}); err == nil {
 		t.Fatal("WriteRejects with a cancelled context succeeded")
-	}
-}
-
-// RejectedResponses returns the responses rejected when a list showed them
-// and not written since, with the latest such list's status (issue 19).
-func TestRejectedResponses(t *testing.T) {
-	t.Run("single", func(t *testing.T) { testRejectedResponses(t, nil) })
-	t.Run("cluster", func(t *testing.T) {
-		skipOnCluster(t)
-		testRejectedResponses(t, func(o *Options) { o.Cluster = "surveysync_local"; o.noOnClusterDDL = true })
-	})
-}
-
-func testRejectedResponses(t *testing.T, mod func(*Options)) {
-	s, _ := openTest(t, mod)
-	ctx := ctxT(t)
-	at := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
-	rej := func(n int, status string, at time.Time) pipeline.Reject {
-		return pipeline.Reject{SurveyID: 1, ResponseID: survey.GUID(guid(n)), Stage: pipeline.StageFetch, Reason: "bad_date",
-			Error: "x", Source: "poll", RejectedAt: at, ListedStatus: status}
-	}
-	if err := s.WriteRejects(ctx, []pipeline.Reject{
-		rej(1, survey.StatusCompleted, at),                     // rejected, never written
-		rej(2, survey.StatusPartial, at),                       // rejected twice: the latest status wins
-		rej(2, survey.StatusDisqualified, at.Add(time.Minute)), //
-		rej(3, survey.StatusCompleted, at),                     // written after the reject: the write wins
-		rej(4, survey.StatusCompleted, at.Add(time.Hour)),      // written, then rejected: the reject wins
-		rej(5, "", at), // a webhook's: no list status
-		{SurveyID: 2, ResponseID: survey.GUID(guid(6)), Stage: pipeline.StageFetch, Reason: "decode", Source: "poll", RejectedAt: at, ListedStatus: "completed"},
-		{SurveyID: 1, ResponseID: "not-a-guid", Stage: pipeline.StageFetch, Reason: "decode", Source: "poll", RejectedAt: at, ListedStatus: "partial"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	done := baseTime.Add(time.Hour)
-	writeBatch(t, s, []testResponse{
-		{ID: guid(3), SurveyID: 1, Version: uint64(at.Add(2 * time.Second).UnixNano()), Completed: &done, Answers: 1},
-		{ID: guid(4), SurveyID: 1, Version: uint64(at.UnixNano()), Completed: &done, Answers: 1},
-	})
-	got, err := s.RejectedResponses(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[survey.GUID]string{
-		survey.GUID(guid(1)): survey.StatusCompleted,
-		survey.GUID(guid(2)): survey.StatusDisqualified,
-		survey.GUID(guid(4)): survey.StatusCompleted,
-		"not-a-guid":         survey.StatusPartial,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("RejectedResponses (-want +got):\n%s", diff)
-	}
-	if got, err := s.RejectedResponses(ctx, 3); err != nil || len(got) != 0 {
-		t.Errorf("RejectedResponses of a survey without rejects = %v, %v", got, err)
 	}
 }

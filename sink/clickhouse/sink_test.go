@@ -334,31 +334,6 @@ func TestWriteSameBatchTenTimes(t *testing.T) {
 	}
 }
 
-func TestNewerVersionReplacesAnswers(t *testing.T) {
-	s, _ := openTest(t, nil)
-	done := baseTime.Add(time.Hour)
-	writeBatch(t, s, []testResponse{
-		{ID: guid(1), SurveyID: 1, Version: 100, Status: "partial", Answers: 5},
-		{ID: guid(2), SurveyID: 1, Version: 100, Completed: &done, Answers: 3},
-	})
-	writeBatch(t, s, []testResponse{{ID: guid(1), SurveyID: 1, Version: 200, Completed: &done, Answers: 2}})
-	// An older version arriving late changes nothing.
-	writeBatch(t, s, []testResponse{{ID: guid(1), SurveyID: 1, Version: 150, Status: "partial", Answers: 7}})
-
-	got := readAnswers(t, s)
-	want := []answerKey{
-		{guid(1), 200, 1000, "text v200"}, {guid(1), 200, 1001, "text v200"},
-		{guid(2), 100, 1000, "text v100"}, {guid(2), 100, 1001, "text v100"}, {guid(2), 100, 1002, "text v100"},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("answers_current (-want +got):\n%s", diff)
-	}
-	rs := readResponses(t, s)
-	if len(rs) != 2 || rs[0].Version != 200 || rs[0].Status != "completed" || rs[0].DateCompleted == nil {
-		t.Errorf("responses_current = %+v", rs)
-	}
-}
-
 func TestDeletedResponseLeavesViews(t *testing.T) {
 	s, _ := openTest(t, nil)
 	done := baseTime.Add(time.Hour)
@@ -472,36 +447,6 @@ func TestStatesRoundTrip(t *testing.T) {
 	}
 	if n := countRows(t, s, "SELECT count() FROM "+s.table("sync_state_current")); n != 2 {
 		t.Errorf("sync_state_current has %d rows, want 2", n)
-	}
-}
-
-func TestSurveysRoundTrip(t *testing.T) {
-	s, _ := openTest(t, nil)
-	ctx := ctxT(t)
-	launched := time.Date(2026, 8, 21, 10, 30, 0, 0, time.UTC)
-	surveys := []pipeline.SurveyInfo{
-		{SurveyID: 4574, Name: "Spokojenost zákazníků", LaunchedAt: &launched, FirstSeen: launched, LastSeen: launched},
-		{SurveyID: 7, Name: "", FirstSeen: launched, LastSeen: launched},
-	}
-	if err := s.SaveSurveys(ctx, surveys); err != nil {
-		t.Fatal(err)
-	}
-	ended := launched.Add(48 * time.Hour)
-	surveys[0].EndedAt = &ended
-	surveys[0].LastSeen = ended
-	if err := s.SaveSurveys(ctx, surveys[:1]); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.LoadSurveys(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []pipeline.SurveyInfo{surveys[1], surveys[0]} // ordered by id
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("LoadSurveys (-want +got):\n%s", diff)
-	}
-	if n := countRows(t, s, "SELECT count() FROM "+s.table("surveys_current")); n != 2 {
-		t.Errorf("surveys_current has %d rows, want 2", n)
 	}
 }
 

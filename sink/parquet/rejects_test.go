@@ -5,18 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
 	"github.com/surveysync/surveysync/pipeline"
-	"github.com/surveysync/surveysync/sink/warehouse"
-	"github.com/surveysync/surveysync/survey"
 )
 
 var _ pipeline.RejectStore = (*Sink)(nil)
@@ -124,71 +119,3 @@ func TestWriteRejectsNoPartialFile(t *testing.T) {
 		t.Fatalf("temporary files left after Open: %v", left)
 	}
 }
-
-// RejectedResponses returns the responses rejected when a list showed them
-// and not written since, with the latest such list's status (issue 19).
-func TestRejectedResponses(t *testing.T) {
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	dir := t.TempDir()
-	wh, err := OpenWarehouse(Options{Dir: dir, Allocator: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	ctx := context.Background()
-	at := time.Date(2026, 11, 22, 4, 30, 1, 0, time.UTC)
-	rej := func(id string, status string, at time.Time) pipeline.Reject {
-		return pipeline.Reject{SurveyID: 3177, ResponseID: survey.GUID(id), Stage: pipeline.StageFetch, Reason: "bad_date",
-			Source: "poll", RejectedAt: at, ListedStatus: status}
-	}
-	const never = "0000ffff-0000-4000-8000-00000000ffff"
-	if err := wh.WriteRejects(ctx, []pipeline.Reject{
-		rej(never, survey.StatusPartial, at),                                                   // never written; rejected twice: the latest status wins
-		rej("00000002-0000-4000-8000-000000000002", survey.StatusCompleted, at),                // written after the reject: the write wins
-		rej("00000008-0000-4000-8000-000000000008", survey.StatusCompleted, at.Add(time.Hour)), // written, then rejected
-		rej("0000eeee-0000-4000-8000-00000000eeee", "", at),                                    // a webhook's: no list status
-		{SurveyID: 4574, ResponseID: "0000dddd-0000-4000-8000-00000000dddd", Stage: "fetch", RejectedAt: at, ListedStatus: "completed"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := wh.WriteRejects(ctx, []pipeline.Reject{rej(strings.ToUpper(never), survey.StatusCompleted, at.Add(time.Minute))}); err != nil {
-		t.Fatal(err)
-	}
-	b := buildBatch(t, mem, testItems(uint64(at.Add(time.Second).UnixNano())))
-	defer b.Release()
-	if err := wh.Write(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	inv, ok := wh.Inventory().(interface {
-		RejectedResponses(context.Context, int64) (map[survey.GUID]string, error)
-	})
-	if !ok {
-		t.Fatal("the inventory has no RejectedResponses")
-	}
-	got, err := inv.RejectedResponses(ctx, 3177)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[survey.GUID]string{never: survey.StatusCompleted, "00000008-0000-4000-8000-000000000008": survey.StatusCompleted}
-	if !maps.Equal(got, want) {
-		t.Errorf("RejectedResponses = %v, want %v", got, want)
-	}
-	if got, err := inv.RejectedResponses(ctx, 1); err != nil || len(got) != 0 {
-		t.Errorf("RejectedResponses of a survey without rejects = %v, %v", got, err)
-	}
-	// The field is in the file, and absent when empty.
-	var withStatus, without int
-	for _, e := range readRejects(t, dir) {
-		if e.ListedStatus != "" {
-			withStatus++
-		} else {
-			without++
-		}
-	}
-	if withStatus != 5 || without != 1 {
-		t.Errorf("rejects with listed_status: %d, without: %d", withStatus, without)
-	}
-}
-
-var _ warehouse.RejectInventory = (*dirWarehouse)(nil)

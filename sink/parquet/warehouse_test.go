@@ -9,17 +9,13 @@ import (
 	"github.com/surveysync/surveysync/record"
 )
 
+// The parts' files are made on first use, and Ping fails once the
+// warehouse is closed. Which parts there are is the warehouse suite's.
 func TestWarehouseParts(t *testing.T) {
 	dir := t.TempDir()
 	w, err := OpenWarehouse(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if w.WebhookLog() != nil || w.QueryConn() != nil {
-		t.Error("the Parquet warehouse has no webhook log or query connection")
-	}
-	if w.Inventory() == nil || w.Eraser() == nil {
-		t.Error("the Parquet warehouse has an inventory and erases (issue 23)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "uploaded_files.db")); !os.IsNotExist(err) {
 		t.Errorf("the file index exists before its first use: %v", err)
