@@ -108,16 +108,28 @@ func TestClickHouseIndexEndToEnd(t *testing.T) {
 		t.Errorf("files joined to their answers: %d, want %d", joined, len(refs))
 	}
 
-	// A response is deleted: its files leave the current view.
+	// A response is deleted: its files are marked deleted (FilesOf) and
+	// leave the current view.
 	gone := refs[0]
 	c.MarkDeleted(gone.SurveyID, gone.ResponseID)
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		live, err := idx.FilesOf(ctx, gone.SurveyID, gone.ResponseID)
+		recs, err := idx.FilesOf(ctx, gone.SurveyID, gone.ResponseID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(live) == 0 && c.Idle() {
+		var live []files.Record
+		for _, r := range recs {
+			if !r.Deleted {
+				live = append(live, r)
+			}
+		}
+		var shown uint64
+		if err := ch.Conn().QueryRow(ctx, "SELECT count() FROM "+ch.Database()+".uploaded_files_current WHERE response_id = toUUID(?)",
+			string(gone.ResponseID)).Scan(&shown); err != nil {
+			t.Fatal(err)
+		}
+		if len(live) == 0 && len(recs) > 0 && shown == 0 && c.Idle() {
 			break
 		}
 		if time.Now().After(deadline) {
