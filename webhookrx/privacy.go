@@ -169,6 +169,7 @@ func (s *spool) compactNow() (bool, error) {
 	if db == nil { // closed, not reopened: the file is whole (one or the other)
 		var oerr error
 		if db, oerr = kvstore.Open(path, "webhookrx: spool"); oerr != nil {
+			s.db = nil // unusable: the caller stops
 			return false, fmt.Errorf("%w; reopen: %w", err, oerr)
 		}
 	}

@@ -186,7 +186,10 @@ func (r *Receiver) Scrub() {
 
 // startPrivacy applies Redact to the bodies spooled under other rules,
 // deletes the waiting events of erased responses and rewrites the file
-// without its free pages, before anything is handed out.
+// without its free pages, before anything is handed out. A step that
+// fails (a full disk) is logged and tried again at the next start: the
+// spool works without it. Only a database that cannot be reopened after a
+// failed rewrite is an error.
 func (r *Receiver) startPrivacy(sp *spool) error {
 	s := r.s
 	if s.Redact == nil && s.Erased == nil {
@@ -194,24 +197,27 @@ func (r *Receiver) startPrivacy(sp *spool) error {
 	}
 	if s.Redact != nil {
 		n, err := sp.redactBodies(s.Redact, s.RedactRules, false)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
+		switch {
+		case err != nil:
+			s.logger.Warn("webhook spool: cannot apply the privacy rules to the waiting events now; tried again at the next start", "dir", s.SpoolDir, "error", err)
+		case n > 0:
 			s.logger.Info("webhook spool: the privacy rules applied to the events waiting since before they changed", "events", n, "dir", s.SpoolDir)
 		}
 	}
 	if s.Erased != nil {
 		n, err := sp.purge(s.Erased)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
+		switch {
+		case err != nil:
+			s.logger.Warn("webhook spool: cannot delete the waiting events of erased responses now; tried again at the next erasure or start", "dir", s.SpoolDir, "error", err)
+		case n > 0:
 			s.logger.Info("webhook spool: deleted the waiting events of erased responses", "events", n, "dir", s.SpoolDir)
 		}
 	}
 	if _, err := sp.compactNow(); err != nil {
-		return err
+		if sp.db == nil {
+			return err
+		}
+		s.logger.Warn("webhook spool: cannot rewrite the file without its free pages now; tried again at the next start or erasure", "dir", s.SpoolDir, "error", err)
 	}
 	return nil
 }
