@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,5 +217,37 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// OnErased's f is called when the tombstone set grows, here (Erase) or at
+// a reload (another process erased), and not when nothing new is found.
+func TestOnErasedWhenTombstonesGrow(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	s, _ := New(Options{Warehouse: f})
+	var calls atomic.Int32
+	s.OnErased(func() { calls.Add(1) })
+	if err := s.Load(ctx); err != nil || calls.Load() != 0 {
+		t.Fatalf("empty load: %v, %d calls", err, calls.Load())
+	}
+	if _, err := s.Erase(ctx, []warehouse.ResponseKey{key(1, id1)}, warehouse.ReasonRequest); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("after an erasure: %d calls, want 1", calls.Load())
+	}
+	if _, err := s.Erase(ctx, []warehouse.ResponseKey{key(1, id1)}, warehouse.ReasonRequest); err != nil || calls.Load() != 1 {
+		t.Fatalf("erased again: %v, %d calls, want 1", err, calls.Load())
+	}
+	other, _ := New(Options{Warehouse: f})
+	if _, err := other.Erase(ctx, []warehouse.ResponseKey{key(1, id2)}, warehouse.ReasonRequest); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Load(ctx); err != nil || calls.Load() != 2 {
+		t.Fatalf("a reload finding another's erasure: %v, %d calls, want 2", err, calls.Load())
+	}
+	if err := s.Load(ctx); err != nil || calls.Load() != 2 {
+		t.Fatalf("a reload finding nothing new: %v, %d calls, want 2", err, calls.Load())
 	}
 }
