@@ -46,6 +46,7 @@ type resp struct {
 	hash    string    // contact_id_hash
 	upload  bool      // answers qUpload with fileID(survey, n)
 	noScale bool      // leave qScale out (one answer fewer)
+	created time.Time // date_created; zero: base (date_completed a minute after, when completed)
 }
 
 func (r resp) id() string { return guid(r.survey, r.n) }
@@ -80,6 +81,10 @@ func (r resp) detail() *survey.Response {
 	if essay == "" {
 		essay = fmt.Sprintf("essay v%d", r.version)
 	}
+	created := r.created
+	if created.IsZero() {
+		created = base
+	}
 	label := "Spokojen"
 	qs := []survey.Question{
 		{ID: qChoice, Type: "single", Title: "Jak jste spokojen?", Variable: "spokojenost",
@@ -97,12 +102,12 @@ func (r resp) detail() *survey.Response {
 	}
 	d := &survey.Response{
 		ResponseID: survey.GUID(r.id()), SurveyID: r.survey, SurveyName: fmt.Sprintf("Průzkum %d", r.survey),
-		IPAddress: "10.0.0.1", DateCreated: survey.Time{Time: base}, ResponseStatus: status,
+		IPAddress: "10.0.0.1", DateCreated: survey.Time{Time: created}, ResponseStatus: status,
 		URLParameters: []survey.URLParameter{{Name: "source", Value: "newsletter"}},
 		Pages:         []survey.Page{{ID: 1, Questions: qs}},
 	}
 	if status == survey.StatusCompleted {
-		d.DateCompleted = survey.TimeOf(base.Add(time.Minute))
+		d.DateCompleted = survey.TimeOf(created.Add(time.Minute))
 	}
 	if r.contact != 0 {
 		d.ContactID = &r.contact

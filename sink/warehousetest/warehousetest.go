@@ -80,6 +80,8 @@ func Exercise(t *testing.T, b Backend) {
 		{"FeedLedger", testFeedLedger},
 		{"Erase", testErase},
 		{"Lease", testLease},
+		{"Verify", testVerify},
+		{"VerifyLog", testVerifyLog},
 		// Restart closes the shared warehouse and opens it again.
 		{"Restart", testRestart},
 		{"Privacy", testPrivacy},
@@ -122,4 +124,6 @@ const (
 	surveyErase2   = 910009
 	surveyRestart  = 910010
 	surveyPrivacy  = 910011
+	surveyVerify   = 910013
+	surveyVerify2  = 910014
 )
