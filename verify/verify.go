@@ -18,9 +18,11 @@
 // start_started_at/end_started_at for partial, which the service lists by
 // start), at the warehouse's median date, one list call per stream for one
 // half (the other half's total is the parent's less it), down to ranges whose
-// list fits one page: there the ids are compared. So a clean pass costs one
-// list call per stream, and d differences in c clusters cost O(c·log n) list
-// calls. Ranges are half-open, [from, to), whole seconds, sent as
+// list fits one page: there the ids are compared. Where many differences
+// are scattered over a range of few pages, paging it is cheaper and the
+// range is paged instead. So a clean pass costs one list call per stream,
+// and d differences in c clusters cost O(c·log n) list calls, never much
+// more than a full listing. Ranges are half-open, [from, to), whole seconds, sent as
 // start = from and end = to − 1 ns (the emulator's bounds are inclusive; the
 // service does not say).
 //
@@ -57,6 +59,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -371,7 +374,7 @@ func (p *pass) group(ctx context.Context, g group) error {
 	if err != nil {
 		return err
 	}
-	if err := p.compare(ctx, g, time.Time{}, p.until, ans, wh, 0); err != nil {
+	if err := p.compare(ctx, g, time.Time{}, p.until, ans, wh, 0, false); err != nil {
 		return err
 	}
 	if len(g.streams) == 1 {
@@ -396,7 +399,10 @@ func (p *pass) whCount(ctx context.Context, g group, from, to time.Time) (wareho
 
 // compare compares [from, to), whose lists answered ans and whose warehouse
 // count is wh.
-func (p *pass) compare(ctx context.Context, g group, from, to time.Time, ans []answer, wh warehouse.RangeCount, depth int) error {
+//
+// scattered says the parent's halves both differed: the differences are
+// spread rather than in one cluster.
+func (p *pass) compare(ctx context.Context, g group, from, to time.Time, ans []answer, wh warehouse.RangeCount, depth int, scattered bool) error {
 	sum := 0
 	complete := true
 	for _, a := range ans {
@@ -406,7 +412,7 @@ func (p *pass) compare(ctx context.Context, g group, from, to time.Time, ans []a
 	if int64(sum) == wh.N {
 		return nil
 	}
-	if complete {
+	if complete || p.pagingCheaper(sum, wh.N, len(ans), scattered) {
 		return p.leaf(ctx, g, from, to, ans)
 	}
 	mid := wh.Mid
@@ -443,16 +449,38 @@ func (p *pass) compare(ctx context.Context, g group, from, to time.Time, ans []a
 	if err != nil {
 		return err
 	}
-	if err := p.compare(ctx, g, from, mid, left, whL, depth+1); err != nil {
+	sumL, sumR := 0, 0
+	for i := range left {
+		sumL += left[i].total
+		sumR += right[i].total
+	}
+	spread := int64(sumL) != whL.N && int64(sumR) != whR.N
+	if err := p.compare(ctx, g, from, mid, left, whL, depth+1, spread); err != nil {
 		return err
 	}
-	return p.compareRight(ctx, g, mid, to, right, whR, depth+1)
+	return p.compareRight(ctx, g, mid, to, right, whR, depth+1, spread)
+}
+
+// pagingCheaper reports whether listing every page of a range (total
+// responses listed over lists) costs fewer calls than bisecting it, for
+// d = |total − warehouse| differences at least. When they are scattered
+// (the parent's halves both differed), they share the top log₂ d levels of the
+// bisection and then cost about one call a level each, plus about two each
+// at the bottom: many scattered differences over a few pages are cheaper
+// paged (never much more than a full listing of the range). A cluster is
+// bisected: O(log n) calls.
+func (p *pass) pagingCheaper(total int, wh int64, lists int, scattered bool) bool {
+	per := float64(p.e.o.PerPage)
+	pages := float64(lists) + float64(total)/per
+	d := math.Abs(float64(int64(total) - wh))
+	levels := max(math.Log2(float64(total)/per)-math.Log2(d), 0)
+	return scattered && pages <= 2*d+d*levels
 }
 
 // compareRight is compare for a half whose totals were derived: if they
 // differ from the warehouse, its lists are asked (their totals may be
 // smaller than derived) before going on.
-func (p *pass) compareRight(ctx context.Context, g group, from, to time.Time, ans []answer, wh warehouse.RangeCount, depth int) error {
+func (p *pass) compareRight(ctx context.Context, g group, from, to time.Time, ans []answer, wh warehouse.RangeCount, depth int, scattered bool) error {
 	sum := 0
 	for _, a := range ans {
 		sum += a.total
@@ -470,7 +498,7 @@ func (p *pass) compareRight(ctx context.Context, g group, from, to time.Time, an
 		}
 		ans[i] = a
 	}
-	return p.compare(ctx, g, from, to, ans, wh, depth)
+	return p.compare(ctx, g, from, to, ans, wh, depth, scattered)
 }
 
 // leaf compares the ids of [from, to): every page of each list (none more
