@@ -495,8 +495,8 @@ func TestPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// default (reconcile 6h) < file (overlap) < env (settle_lag) < flag (poll_interval)
-	if c.Sync.ReconcileInterval != 6*time.Hour || c.Sync.Overlap != time.Minute ||
+	// default (reconcile 24h) < file (overlap) < env (settle_lag) < flag (poll_interval)
+	if c.Sync.ReconcileInterval != 24*time.Hour || c.Sync.Overlap != time.Minute ||
 		c.Sync.SettleLag != 2*time.Second || c.Sync.PollInterval != 3*time.Minute {
 		t.Errorf("precedence wrong: %+v", c.Sync)
 	}

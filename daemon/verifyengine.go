@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,7 +29,10 @@ func (d *parts) newVerifier(cfg *config.Config, client *surveyapi.Client, fetche
 		rejected = ri.RejectedResponses
 	}
 	compare := func(ctx context.Context, id int64, sample int) (finding, error) {
-		e := verify.New(client, fetcher, wh.Verifier(), verify.Options{Streams: cfg.Sync.Statuses, Sample: sample, Rejected: rejected})
+		// What completed in the last poll interval may not be read yet:
+		// left out on both sides, as surveysync verify does.
+		e := verify.New(client, fetcher, wh.Verifier(), verify.Options{Streams: cfg.Sync.Statuses, Sample: sample, Rejected: rejected,
+			Until: VerifyUntil(cfg, time.Now())})
 		res, err := e.Survey(ctx, id)
 		return findingOf(res), err
 	}

@@ -8,7 +8,10 @@ const (
 	DefaultOverlap               = 10 * time.Minute
 	DefaultPartialLookback       = 72 * time.Hour
 	DefaultPartialRescanInterval = 10 * time.Minute
-	DefaultReconcileInterval     = 6 * time.Hour
+	// DefaultReconcileInterval: a day since issue 34, the daemon's
+	// verification finding what changes counts every hour
+	// (docs/architecture.md, "Why reconcile every 24 h").
+	DefaultReconcileInterval = 24 * time.Hour
 )
 
 // DefaultBackfillFrom is Options.BackfillFrom's default (sync.backfill_from):

@@ -81,7 +81,7 @@ type Options struct {
 	// other cycles read it like the other streams, from the watermark minus
 	// the overlap. 10 min.
 	PartialRescanInterval time.Duration
-	ReconcileInterval     time.Duration // 6 h; negative disables
+	ReconcileInterval     time.Duration // 24 h; negative disables
 	// OnReconcile hears what every reconcile pass found (the daemon's
 	// verification figures); nil: nobody. Called from the pass's goroutine.
 	OnReconcile        func(ReconcileReport)
