@@ -155,9 +155,12 @@ func waitStartup(log *slog.Logger, st *startup, cfg *config.Config, n int, err e
 	switch {
 	case errors.As(err, &cde):
 		wait := clusterWaitPolicy.Delay(n)
-		log.Warn("start-up: the cluster has not run a migration on every node; waiting for it (nothing is read from the service meanwhile)",
-			"cluster", cde.Cluster, "nodes", cde.Nodes, "migration", cde.Migration, "statement", cde.Statement, "query", cde.Query,
-			"attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", cde.Err, "fix", cde.Fix())
+		attrs := []any{"cluster", cde.Cluster, "nodes", cde.Nodes, "migration", cde.Migration}
+		if !cde.Pending {
+			attrs = append(attrs, "statement", cde.Statement) // else the statement queued before, named by query
+		}
+		attrs = append(attrs, "query", cde.Query, "attempt", n, "retry_in", wait.Round(100*time.Millisecond), "err", cde.Err, "fix", cde.Fix())
+		log.Warn("start-up: the cluster has not run a migration on every node; waiting for it (nothing is read from the service meanwhile)", attrs...)
 		st.set("warehouse", fmt.Errorf("starting: %s (attempt %d, next in %s)", cde.Summary(), n, wait.Round(time.Second)))
 		return wait
 	case errors.As(err, &busy):

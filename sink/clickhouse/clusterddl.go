@@ -69,9 +69,13 @@ func (e *ClusterDDLError) Fix() string {
 	if len(e.Nodes) > 0 {
 		where = "ClickHouse on " + strings.Join(e.Nodes, " and ")
 	}
+	stmt := fmt.Sprintf("migration %s statement %d", e.Migration, e.Statement)
+	if e.Pending {
+		stmt = "the statement migration " + e.Migration + " waits for"
+	}
 	return fmt.Sprintf("start %s (if it runs, restart it: its DDL worker may have stopped, its error log says \"DDLWorker\"); "+
-		"the statement stays queued in ZooKeeper %s and runs when the node is back; surveysync retries the migrations by itself "+
-		"(check system.clusters of cluster %s and each node's log)", where, DDLQueuePath, e.Cluster)
+		"%s stays queued in ZooKeeper %s and runs when the node is back; surveysync retries the migrations by itself "+
+		"(check system.clusters of cluster %s and each node's log)", where, stmt, DDLQueuePath, e.Cluster)
 }
 
 // clusterIncomplete reports whether err, from an ON CLUSTER statement,
