@@ -145,10 +145,20 @@ func newReceiver(cfg *config.Config, wh warehouse.Warehouse, p webhookrx.Process
 		SpoolDir:               w.SpoolDir,
 		SpoolMaxEvents:         w.SpoolMaxEvents,
 		SpoolMaxBytes:          int64(w.SpoolMaxBytes),
+		ProcessConcurrency:     webhookWorkers,
 		Logger:                 log.With("component", "webhooks"),
 		Registerer:             reg,
 	}, p, wh.WebhookLog())
 }
+
+// webhookWorkers is how many webhook events are processed at once. A
+// worker waiting for its survey's listing (a flood of webhooks naming
+// responses that do not exist, daemon/webhookcheck.go) costs a goroutine
+// and nothing else, and every event waiting in a worker is answered by the
+// same listing; with too few workers the events behind them wait for the
+// next listing after that one. The bodies in workers stay bounded by the
+// spool's memory window.
+const webhookWorkers = 1024
 
 // spoolRules names the privacy rules the webhook spool's bodies are
 // rewritten under (webhookrx.Options.RedactRules): the rules and the

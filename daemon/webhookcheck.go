@@ -45,7 +45,7 @@ import (
 const (
 	missWindow      = time.Minute
 	missThreshold   = 3
-	directMax       = 8
+	directMax       = 4
 	listMinInterval = 250 * time.Millisecond
 	listPerPage     = 1000
 	listMaxPages    = 10
