@@ -82,8 +82,12 @@ func (s *Sink) RecordErasures(ctx context.Context, es []warehouse.Erasure) error
 // Erasures reads the latest audit row of every erased response.
 func (s *Sink) Erasures(ctx context.Context) ([]warehouse.Erasure, error) {
 	table := s.table("erasures")
-	rows, err := s.conn.Query(ctx, "SELECT survey_id, toString(response_id), reason, state, requested_at, completed_at, erased FROM "+
-		table+" FINAL ORDER BY requested_at, survey_id, response_id")
+	// The latest version of each response's row by argMax, not FINAL:
+	// ClickHouse 18.16 fails a FINAL read of the Distributed table over
+	// replicated ones ("Cannot find column _version in source stream").
+	rows, err := s.conn.Query(ctx, "SELECT survey_id, toString(response_id), argMax(reason, _version), argMax(state, _version),"+
+		" argMax(requested_at, _version) AS requested, argMax(completed_at, _version), argMax(erased, _version) FROM "+
+		table+" GROUP BY survey_id, response_id ORDER BY requested, survey_id, response_id")
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: read %s: %w", table, err)
 	}
