@@ -120,7 +120,9 @@ func (c *countingLister) ListResponses(ctx context.Context, surveyID int64, q su
 
 func (f *fixture) verify(t *testing.T, o Options) *Result {
 	t.Helper()
-	o.Until = testNow
+	if o.Until.IsZero() {
+		o.Until = testNow
+	}
 	l := &countingLister{Lister: f.client}
 	res, err := New(l, f.client, f.wh.Verifier(), o).Survey(context.Background(), testSurvey)
 	if err != nil {
@@ -287,5 +289,40 @@ func testQuotaFull(t *testing.T, backend string) {
 		if s.Service != s.Warehouse {
 			t.Errorf("%s: service %d, warehouse %d", s.Stream, s.Service, s.Warehouse)
 		}
+	}
+}
+
+// A late completion the warehouse still holds as partial is MISSING in
+// completed and EXTRA in partial; a response rejected when listed so (and
+// not written since) is named as rejected, not missing.
+func TestStatusChangeAndRejected(t *testing.T) {
+	f := newFixture(t, "parquet", 400)
+	partial := f.ids(survey.StatusPartial, 1)[0]
+	done, err := f.sim.CompletePartial(testSurvey, partial.ResponseID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := f.ids(survey.StatusCompleted, 1)[0]
+	f.ver++
+	f.write(t, flatten.Item{SurveyID: testSurvey, ResponseID: rejected.ResponseID, Deleted: true, Version: f.ver, SyncedAt: testNow})
+	// The emulator's clock stands still: the completion is at testNow,
+	// which a pass up to testNow leaves out.
+	res := f.verify(t, Options{Until: testNow.Add(time.Second), Rejected: func(context.Context, int64) (map[survey.GUID]string, error) {
+		return map[survey.GUID]string{rejected.ResponseID: survey.StatusCompleted}, nil
+	}})
+	want := map[string]Stream{
+		survey.StatusCompleted: {Missing: []survey.GUID{done.ResponseID}, Rejected: []survey.GUID{rejected.ResponseID}},
+		survey.StatusPartial:   {Extra: []survey.GUID{partial.ResponseID}},
+	}
+	for _, s := range res.Streams {
+		w := want[s.Stream]
+		if !slices.Equal(s.Missing, w.Missing) || !slices.Equal(s.Extra, w.Extra) || !slices.Equal(s.Rejected, w.Rejected) {
+			t.Errorf("%s: missing %v extra %v rejected %v; want %v %v %v", s.Stream, s.Missing, s.Extra, s.Rejected, w.Missing, w.Extra, w.Rejected)
+		}
+	}
+	// One re-read of the changed response, at the status listed now.
+	rr := res.Rereads()
+	if len(rr) != 1 || rr[0] != (Reread{ID: done.ResponseID, ListedStatus: survey.StatusCompleted}) {
+		t.Errorf("Rereads = %+v", rr)
 	}
 }
