@@ -256,6 +256,47 @@ func TestReconcileRereadsVanishedAndMissing(t *testing.T) {
 	}
 }
 
+// invSeq answers CurrentResponses with each of its snapshots in turn (the
+// last repeats): the warehouse as it changes during a pass.
+type invSeq struct{ snaps []inv }
+
+func (s *invSeq) CurrentResponses(context.Context, int64) (map[survey.GUID]string, error) {
+	i := s.snaps[0]
+	if len(s.snaps) > 1 {
+		s.snaps = s.snaps[1:]
+	}
+	return i, nil
+}
+
+// A response written while reconcile read the lists (a webhook, a poll
+// cycle) is re-read but not reported as drift; one still missing is.
+func TestReconcileDoesNotReportLateWritesAsDrift(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	resps := gen(10, now.Add(-10*time.Hour), survey.StatusCompleted)
+	api := &fakeAPI{resps: resps}
+	before := inv{}
+	for _, r := range resps[:8] {
+		before[r.id] = "completed"
+	}
+	after := inv{resps[8].id: "completed"} // written meanwhile; resps[9] still missing
+	for id, st := range before {
+		after[id] = st
+	}
+	sub := &fakeSub{}
+	var reports []ReconcileReport
+	p := New(Options{Statuses: []string{"completed"}, Now: func() time.Time { return now },
+		OnReconcile: func(r ReconcileReport) { reports = append(reports, r) }}, api, sub, &memStates{}, &invSeq{snaps: []inv{before, after}})
+	if err := p.reconcile(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.got) != 2 {
+		t.Fatalf("re-read %v, want both missing ones", sub.got)
+	}
+	if len(reports) != 1 || reports[0].Streams[0].Missing != 1 || reports[0].Reread != 2 {
+		t.Fatalf("reports %+v, want 1 missing (the late write not counted) and 2 re-read", reports)
+	}
+}
+
 func TestRunStopsOnCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)

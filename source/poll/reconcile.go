@@ -84,6 +84,9 @@ func (p *Poller) reconcileSurvey(ctx context.Context, surveyID int64) (err error
 	}
 	vanished := d.vanished()
 	d.vanishedIDs = vanished
+	if p.o.OnReconcile != nil {
+		p.lateWrites(ctx, d)
+	}
 	ids := slices.Concat(vanished, d.missing, d.changed)
 	sts := slices.Concat(make([]string, len(vanished)), d.missingSt, d.changedSt)
 	d.rereads = int64(len(ids))
@@ -98,6 +101,27 @@ func (p *Poller) reconcileSurvey(ctx context.Context, surveyID int64) (err error
 			"vanished", len(vanished), "missing", len(d.missing), "status_changed", len(d.changed))
 	}
 	return nil
+}
+
+// lateWrites marks the missing responses that were written while the
+// lists were read (a poll cycle or a webhook: the warehouse's ids were read
+// before the lists): they are re-read like the others, but the report
+// does not count them as drift. It reads the warehouse's ids once more,
+// only when something is missing.
+func (p *Poller) lateWrites(ctx context.Context, d *reconcileDiff) {
+	if len(d.missing) == 0 {
+		return
+	}
+	now, err := p.inv.CurrentResponses(ctx, d.survey)
+	if err != nil {
+		return // counted as missing: the report errs on the side of drift
+	}
+	d.late = map[survey.GUID]bool{}
+	for i, id := range d.missing {
+		if st, ok := now[id]; ok && sameStatus(d.missingSt[i], statusCode(st)) {
+			d.late[id] = true
+		}
+	}
 }
 
 // reconcileDiff is what a reconcile pass found so far: the ids listed, and
@@ -115,7 +139,8 @@ type reconcileDiff struct {
 	calls    int64                // list calls
 	rereads  int64                // responses re-read (one detail call each)
 
-	vanishedIDs []survey.GUID // set once every list was read
+	vanishedIDs []survey.GUID        // set once every list was read
+	late        map[survey.GUID]bool // missing ones written meanwhile (lateWrites)
 
 	missing, changed     []survey.GUID
 	missingSt, changedSt []string
@@ -349,7 +374,12 @@ func (p *Poller) reconcileReport(surveyID int64, start time.Time, d *reconcileDi
 			r.Streams[i].Warehouse++
 		}
 	}
-	for _, st := range slices.Concat(d.missingSt, d.changedSt) {
+	for j, st := range d.missingSt {
+		if i, ok := idx[st]; ok && !d.late[d.missing[j]] {
+			r.Streams[i].Missing++
+		}
+	}
+	for _, st := range d.changedSt {
 		if i, ok := idx[st]; ok {
 			r.Streams[i].Missing++
 		}
