@@ -78,7 +78,8 @@ func Verify(ctx context.Context, cfg *config.Config, log *slog.Logger, o VerifyO
 			return err
 		}
 	}
-	vo := verify.Options{Streams: cfg.Sync.Statuses, Until: VerifyUntil(cfg, time.Now()), Deep: o.Deep}
+	vo := verify.Options{Streams: cfg.Sync.Statuses, Until: VerifyUntil(cfg, time.Now()), Deep: o.Deep,
+		Concurrency: cfg.Sync.FetchConcurrency} // --deep reads details as the pipeline does
 	if ri, ok := wh.Inventory().(warehouse.RejectInventory); ok {
 		vo.Rejected = ri.RejectedResponses
 	}
