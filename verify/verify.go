@@ -31,8 +31,8 @@
 // together (their totals against the warehouse's disqualified and quotafull
 // responses); at the ids, a response listed as quotafull matches a current
 // row of either status and counts in quotafull, the stream that listed it. Its
-// warehouse figure is then Service − Missing + Extra (the responses the
-// warehouse holds in the stream that lists them).
+// warehouse figure is then Service − Missing − Rejected + Extra (the
+// responses the warehouse holds in the stream that lists them).
 //
 // MISSING: listed in the stream, not current in the warehouse at a matching
 // status (absent, or held at another status: a late completion is missing in
