@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/internal/backoff"
 	"github.com/surveysync/surveysync/pipeline/privacy"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 	"github.com/surveysync/surveysync/sink/parquet"
@@ -56,7 +58,22 @@ func NewClient(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) 
 // A command other than run leaves the Parquet folder's temporary files
 // alone: they may be a running daemon's writes in flight.
 func OpenWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (warehouse.Warehouse, error) {
-	return openWarehouse(ctx, cfg, log, reg, false)
+	// While another surveysync applies the migrations (a daemon starting
+	// on a fresh database), a command waits for them: they end by
+	// themselves (clickhouse.MigrationsBusyError).
+	for n := 1; ; n++ {
+		wh, err := openWarehouse(ctx, cfg, log, reg, false)
+		var busy *clickhouse.MigrationsBusyError
+		if !errors.As(err, &busy) {
+			return wh, err
+		}
+		if n == 1 {
+			log.Info("another surveysync applies the migrations; waiting for it", "host", busy.Host, "pid", busy.PID)
+		}
+		if backoff.Sleep(ctx, busyWaitPolicy.Delay(n)) != nil {
+			return nil, err
+		}
+	}
 }
 
 // openWarehouse is OpenWarehouse; owner says this process holds the

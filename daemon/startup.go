@@ -107,8 +107,8 @@ func (s *startup) errs() []error {
 // unreachable, a cluster node has not run a migration's statement
 // (clickhouse.ClusterDDLError) or another daemon applies the migrations
 // (clickhouse.MigrationsBusyError) it waits with back-off, unless
-// failFast. Any other error, and every error with failFast, is returned
-// with the fix.
+// failFast (which still waits for another daemon's migrations). Any other
+// error, and every error with failFast, is returned with the fix.
 func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer, st *startup, failFast bool) (warehouse.Warehouse, error) {
 	t0 := time.Now()
 	for n := 1; ; n++ {
@@ -120,7 +120,11 @@ func openWarehouseWaiting(ctx context.Context, cfg *config.Config, log *slog.Log
 			}
 			return wh, nil
 		}
-		if failFast || ctx.Err() != nil || !clickhouse.Unreachable(err) {
+		// Another daemon applying the migrations is waited for even by
+		// a one-shot run: it ends by itself (the holder finishes, fails
+		// and releases, or its claim expires).
+		var busy *clickhouse.MigrationsBusyError
+		if ctx.Err() != nil || (!errors.As(err, &busy) && (failFast || !clickhouse.Unreachable(err))) {
 			return nil, fmt.Errorf("open sink: %w; fix: %s", err, SinkFixFor(cfg, err))
 		}
 		if n == 1 {
