@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,6 +100,9 @@ type verifier struct {
 	o verifierOptions
 	d verifierDeps
 	m *verifyMetrics
+
+	mu    sync.Mutex     // guards shown: record runs in the loop and in reconcile's goroutine
+	shown map[int64]bool // surveys with gauges
 }
 
 type verifyMetrics struct {
@@ -146,7 +150,7 @@ func newVerifierLoop(o verifierOptions, d verifierDeps, reg prometheus.Registere
 	if d.stretch == nil {
 		d.stretch = func() float64 { return 1 }
 	}
-	return &verifier{o: o, d: d, m: newVerifyMetrics(reg)}
+	return &verifier{o: o, d: d, m: newVerifyMetrics(reg), shown: map[int64]bool{}}
 }
 
 // maxVerifyInterval bounds a stretched interval, as the poller's are.
@@ -170,7 +174,9 @@ func (v *verifier) run(ctx context.Context) error {
 		if backoff.Sleep(ctx, min(wait, max(maxVerifyInterval, v.o.Interval))) != nil {
 			return nil
 		}
-		for _, id := range v.d.surveys() {
+		polled := v.d.surveys()
+		v.forget(polled)
+		for _, id := range polled {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -196,6 +202,7 @@ func (v *verifier) seed(ctx context.Context) {
 			continue
 		}
 		sid := strconv.FormatInt(st.SurveyID, 10)
+		v.showing(st.SurveyID)
 		if !st.LastClean.IsZero() {
 			v.m.lastClean.WithLabelValues(sid).Set(float64(st.LastClean.Unix()))
 		}
@@ -203,11 +210,39 @@ func (v *verifier) seed(ctx context.Context) {
 			if r.Result == warehouse.VerifyError {
 				continue
 			}
-			v.m.drift.WithLabelValues(sid, r.Stream, "missing").Set(float64(r.Missing))
-			v.m.drift.WithLabelValues(sid, r.Stream, "extra").Set(float64(r.Extra))
-			v.m.drift.WithLabelValues(sid, r.Stream, "content").Set(float64(r.Content))
+			v.setDrift(sid, r.Stream, r.Missing, r.Extra, r.Content)
 		}
 	}
+}
+
+// setDrift sets a stream's three drift gauges (verifyKinds' order).
+func (v *verifier) setDrift(sid, stream string, counts ...int64) {
+	for i, kind := range verifyKinds {
+		v.m.drift.WithLabelValues(sid, stream, kind).Set(float64(counts[i]))
+	}
+}
+
+// forget removes the gauges of surveys no longer polled (a reload's
+// surveys_exclude), so that their last drift does not stay on the
+// dashboard and in the alert.
+func (v *verifier) forget(polled []int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for id := range v.shown {
+		if !slices.Contains(polled, id) {
+			sid := strconv.FormatInt(id, 10)
+			v.m.drift.DeletePartialMatch(prometheus.Labels{"survey_id": sid})
+			v.m.lastClean.DeleteLabelValues(sid)
+			delete(v.shown, id)
+		}
+	}
+}
+
+// showing notes that a survey has gauges.
+func (v *verifier) showing(id int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.shown[id] = true
 }
 
 // pass verifies one survey: compare, look again at what differs a poll
@@ -356,6 +391,7 @@ func (v *verifier) record(ctx context.Context, id int64, method string, start ti
 		result = warehouse.VerifyDrift
 	}
 	v.m.passes.WithLabelValues(result).Inc()
+	v.showing(id)
 	if result == warehouse.VerifyClean {
 		v.m.lastClean.WithLabelValues(sid).Set(float64(end.Unix()))
 	}
@@ -384,9 +420,7 @@ func (v *verifier) record(ctx context.Context, id int64, method string, start ti
 			r.Result = warehouse.VerifyClean
 		}
 		if err == nil {
-			v.m.drift.WithLabelValues(sid, stream, "missing").Set(float64(r.Missing))
-			v.m.drift.WithLabelValues(sid, stream, "extra").Set(float64(r.Extra))
-			v.m.drift.WithLabelValues(sid, stream, "content").Set(float64(r.Content))
+			v.setDrift(sid, stream, r.Missing, r.Extra, r.Content)
 		}
 		runs = append(runs, r)
 	}

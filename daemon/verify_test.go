@@ -325,4 +325,10 @@ func TestVerifyGaugesSeededFromHistory(t *testing.T) {
 	if n := testutil.CollectAndCount(h.v.m.drift); n != 3 {
 		t.Errorf("%d drift series, want 3 (survey 99 is not polled)", n)
 	}
+	// A survey no longer polled (a reload's surveys_exclude) loses its
+	// gauges at the next pass.
+	h.v.forget([]int64{77})
+	if n := testutil.CollectAndCount(h.v.m.drift) + testutil.CollectAndCount(h.v.m.lastClean); n != 0 {
+		t.Errorf("%d series left of a survey no longer polled", n)
+	}
 }

@@ -95,14 +95,14 @@ func TestDamagedVerifyRunsAreMovedAside(t *testing.T) {
 				t.Fatalf("VerifyStates of a damaged file: %v", err)
 			}
 			_, statErr := os.Stat(path)
-			switch {
-			case g.name == "cut in half":
+			switch g.name {
+			case "cut in half":
 				// The lines before the cut are kept (a torn last line is
 				// skipped).
 				if len(sts) != 1 || statErr != nil || !sts[0].LastPass.Before(t0.Add(3*time.Hour)) {
 					t.Fatalf("torn tail: states %v, file %v, log %s", sts, statErr, logs.String())
 				}
-			case g.name == "torn last line":
+			case "torn last line":
 				if len(sts) != 1 || statErr != nil || !strings.Contains(logs.String(), "cut short by a crash") {
 					t.Fatalf("torn tail: states %v, file %v, log %s", sts, statErr, logs.String())
 				}
