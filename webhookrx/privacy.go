@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/internal/kvstore"
 	"github.com/surveysync/surveysync/survey"
 )
@@ -159,20 +160,39 @@ func (s *spool) purge(erased func(int64, survey.GUID) bool) (int, error) {
 
 // compactNow rewrites the database without its free pages (where bbolt
 // keeps the bytes of what was deleted) when it has any. It reports
-// whether it did.
+// whether it did. The copy is written and synced beside the file, then
+// renamed over it and used in its place; the database in use is closed
+// only then, so a failure at any step leaves the spool working on one
+// whole file (and a crash, one or the other on disk).
 func (s *spool) compactNow() (bool, error) {
 	if !kvstore.HasFreePages(s.db) {
 		return false, nil
 	}
 	path := filepath.Join(s.dir, dbName)
-	db, err := kvstore.Compact(s.db, path, "webhookrx: spool")
-	if db == nil { // closed, not reopened: the file is whole (one or the other)
-		var oerr error
-		if db, oerr = kvstore.Open(path, "webhookrx: spool"); oerr != nil {
-			s.db = nil // unusable: the caller stops
-			return false, fmt.Errorf("%w; reopen: %w", err, oerr)
-		}
+	tmp := path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := kvstore.Open(tmp, "webhookrx: spool copy")
+	if err != nil {
+		return false, err
 	}
-	s.db = db
-	return err == nil, err
+	fail := func(err error) (bool, error) {
+		_ = dst.Close()
+		_ = os.Remove(tmp)
+		return false, fmt.Errorf("webhookrx: spool %s: rewrite without free pages: %w", s.dir, err)
+	}
+	if err := bolt.Compact(dst, s.db, 32<<20); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	if err := atomicfile.SyncDir(s.dir); err != nil {
+		s.log.Warn("webhook spool: sync the folder after rewriting the file", "dir", s.dir, "error", err)
+	}
+	old := s.db
+	s.db = dst
+	if err := old.Close(); err != nil {
+		s.log.Warn("webhook spool: close the file replaced by its rewrite", "dir", s.dir, "error", err)
+	}
+	return true, nil
 }

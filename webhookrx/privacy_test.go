@@ -153,6 +153,11 @@ func TestErasureScrubsTheSpool(t *testing.T) {
 	if n := counter(t, rn.reg, "surveysync_webhook_spool_events"); n != 1 {
 		t.Fatalf("%v events waiting after a webhook about an erased response, want 1", n)
 	}
+	// The rewritten file takes new events.
+	if code, _, _ := post(t, rn.url, responseBody(4), nil); code != 200 {
+		t.Fatal(code)
+	}
+	waitFor(t, "2 events waiting", func() bool { return counter(t, rn.reg, "surveysync_webhook_spool_events") == 2 })
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +169,14 @@ func TestErasureScrubsTheSpool(t *testing.T) {
 	if hits := grepDir(t, dir, guid(3)); len(hits) > 0 {
 		t.Fatalf("response 3, erased while stopped, still in %v", hits)
 	}
+	waitFor(t, "response 4 processed after the restart", func() bool {
+		for _, ev := range p.processed() {
+			if bytes.Contains(ev.Body, []byte(guid(4))) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // RewriteSpool (surveysync privacy apply) rewrites the waiting bodies,

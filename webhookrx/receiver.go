@@ -188,8 +188,7 @@ func (r *Receiver) Scrub() {
 // deletes the waiting events of erased responses and rewrites the file
 // without its free pages, before anything is handed out. A step that
 // fails (a full disk) is logged and tried again at the next start: the
-// spool works without it. Only a database that cannot be reopened after a
-// failed rewrite is an error.
+// spool works without it.
 func (r *Receiver) startPrivacy(sp *spool) error {
 	s := r.s
 	if s.Redact == nil && s.Erased == nil {
@@ -214,9 +213,6 @@ func (r *Receiver) startPrivacy(sp *spool) error {
 		}
 	}
 	if _, err := sp.compactNow(); err != nil {
-		if sp.db == nil {
-			return err
-		}
 		s.logger.Warn("webhook spool: cannot rewrite the file without its free pages now; tried again at the next start or erasure", "dir", s.SpoolDir, "error", err)
 	}
 	return nil
