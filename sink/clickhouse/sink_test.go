@@ -426,12 +426,6 @@ func TestStatesInClickHouse(t *testing.T) {
 	}
 }
 
-var (
-	_ pipeline.Sink        = (*Sink)(nil)
-	_ pipeline.StateStore  = (*Sink)(nil)
-	_ pipeline.SurveyStore = (*Sink)(nil)
-)
-
 // HasResponse refuses an id that is not a GUID: nothing but a GUID
 // reaches its SQL. Its answers are the warehouse suite's.
 func TestHasResponse(t *testing.T) {
