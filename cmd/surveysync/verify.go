@@ -40,6 +40,10 @@ const maxListedIDs = 10
 // verifyCmd is surveysync verify: exit 0 when nothing differs, 1 when
 // something does, 2 when a survey could not be verified (as diff(1)).
 func verifyCmd(ctx context.Context, cfg *config.Config, f verifyFlags, stdout, stderr io.Writer) int {
+	if cfg.Demo.Emulator.Enabled {
+		fmt.Fprintln(stderr, "surveysync verify: the demo's emulator lives inside the running daemon, which this command cannot reach: give a configuration with api.base_url and api.token (and the daemon's clickhouse or parquet.dir)")
+		return exitUsage
+	}
 	log := daemon.NewLogger(cfg, stderr)
 	o := daemon.VerifyOptions{Surveys: f.surveys, Deep: f.deep}
 	results, code := verifyPass(ctx, cfg, o, f, stdout, stderr)
@@ -66,12 +70,9 @@ func verifyPass(ctx context.Context, cfg *config.Config, o daemon.VerifyOptions,
 	failed, differs := false, false
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	enc := json.NewEncoder(stdout)
-	if !f.json {
-		head := "SURVEY\tSTREAM\tSERVICE\tWAREHOUSE\tMISSING\tEXTRA\t"
-		if f.deep {
-			head += "CONTENT\t"
-		}
-		fmt.Fprintln(tw, head)
+	head := "SURVEY\tSTREAM\tSERVICE\tWAREHOUSE\tMISSING\tEXTRA\t"
+	if f.deep {
+		head += "CONTENT\t"
 	}
 	var notes []string
 	err := daemon.Verify(ctx, cfg, daemon.NewLogger(cfg, stderr), o, func(r *verify.Result, err error) {
@@ -79,6 +80,9 @@ func verifyPass(ctx context.Context, cfg *config.Config, o daemon.VerifyOptions,
 			failed = true
 			fmt.Fprintf(stderr, "surveysync verify: survey %d could not be verified: %v\n", r.SurveyID, err)
 			return
+		}
+		if len(results) == 0 && !f.json {
+			fmt.Fprintln(tw, head)
 		}
 		results = append(results, r)
 		differs = differs || !r.Clean()
