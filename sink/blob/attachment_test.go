@@ -99,10 +99,13 @@ func TestStoredContentType(t *testing.T) {
 		"message/rfc822":                 "application/octet-stream",
 		"application/x-shockwave-flash":  "application/octet-stream",
 		"text/xsl":                       "application/octet-stream",
-		"":                               "application/octet-stream",
-		"html":                           "application/octet-stream",
-		"text/plain; charset=\"\x01\"":   "text/plain",
-		"image/png; name=x.html":         "image/png",
+		"text/xml":                       "application/octet-stream",
+		"application/xml-dtd":            "application/octet-stream",
+		"application/vnd.openxmlformats-officedocument.wordprocessingml.document": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+		"":                             "application/octet-stream",
+		"html":                         "application/octet-stream",
+		"text/plain; charset=\"\x01\"": "text/plain",
+		"image/png; name=x.html":       "image/png",
 	} {
 		if got := storedContentType(in); got != want {
 			t.Errorf("storedContentType(%q) = %q, want %q", in, got, want)

@@ -332,12 +332,16 @@ func riskyMediaType(mt string) bool {
 	// text/html, application/xhtml+xml, image/svg+xml, text/xml, any
 	// +xml, text/javascript, application/ecmascript, multipart/x-mixed-replace,
 	// message/rfc822 (MHTML) …
-	for _, s := range []string{"html", "xml", "script", "svg", "multipart/", "message/"} {
+	for _, s := range []string{"html", "script", "svg", "multipart/", "message/"} {
 		if strings.Contains(mt, s) {
 			return true
 		}
 	}
-	return false
+	// XML of any kind (text/xml, application/xml, any +xml), but not a
+	// vendor type that only names XML (an Office document's
+	// application/vnd.openxmlformats-…, a zip a browser downloads).
+	_, sub, _ := strings.Cut(mt, "/")
+	return sub == "xml" || strings.HasSuffix(sub, "+xml") || strings.HasPrefix(sub, "xml-")
 }
 
 // cleanFileName keeps the base name of what the service sent, valid UTF-8,
