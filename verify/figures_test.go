@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
@@ -181,6 +182,33 @@ func TestDeepFigures(t *testing.T) {
 				t.Fatalf("deep over a copy: clean %v, %d compared", res.Clean(), res.Compared)
 			}
 			t.Logf("%s: --deep over %d responses: %s, %d list calls, %d detail calls", b, res.Compared, took.Round(10*time.Millisecond), res.ListCalls, res.DetailCalls)
+		})
+	}
+}
+
+// TestPassTimeFigures times passes over 100,000 responses written in each
+// backend: clean, and with 10 responses lost in one cluster. On demand:
+// SURVEYSYNC_VERIFY_FIGURES=1.
+func TestPassTimeFigures(t *testing.T) {
+	if os.Getenv("SURVEYSYNC_VERIFY_FIGURES") == "" {
+		t.Skip("on demand: SURVEYSYNC_VERIFY_FIGURES=1")
+	}
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			f := newFixture(t, b, 100_000)
+			time1 := func(name string) {
+				start := time.Now()
+				res := f.verify(t, Options{})
+				t.Logf("%s, 100,000 responses, %s: %s, %d list calls", b, name, time.Since(start).Round(10*time.Millisecond), res.ListCalls)
+			}
+			time1("clean")
+			var del []flatten.Item
+			for _, r := range f.ids(survey.StatusCompleted, 5000)[4990:] {
+				f.ver++
+				del = append(del, flatten.Item{SurveyID: testSurvey, ResponseID: r.ResponseID, Deleted: true, Version: f.ver, SyncedAt: testNow})
+			}
+			f.write(t, del...)
+			time1("10 lost in one cluster")
 		})
 	}
 }

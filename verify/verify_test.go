@@ -80,6 +80,10 @@ func newFixture(t *testing.T, backend string, n int) *fixture {
 	var items []flatten.Item
 	for r := range s.Responses(testSurvey) {
 		items = append(items, f.item(r))
+		if len(items) == 10_000 {
+			f.write(t, items...)
+			items = items[:0]
+		}
 	}
 	f.write(t, items...)
 	return f
