@@ -17,14 +17,17 @@ import (
 // never queue the same ALTER … ON CLUSTER twice (its DDLWorker can die of
 // that). The lock is a claim in the table migration_lock, created by the
 // bootstrap (replicated to every node on a replicated cluster, as
-// schema_migrations is): a daemon writes its claim, waits migrationLockSettle
-// for the other claims written at the same moment to reach the node it
-// reads, and holds the lock when its claim is the oldest live one
-// (ties broken by the claim's random id, the same order on every reader).
-// A holder renews its claim every migrationLockHeartbeat; a claim not
-// renewed for migrationLockExpiry (a daemon killed while migrating) no
-// longer counts. Times are the server's now(), so the daemons' clocks do
-// not matter.
+// schema_migrations is): a daemon writes its claim, waits
+// migrationLockSettle on a replicated cluster for the claims written at the
+// same moment through other nodes to reach the node it reads, and holds the
+// lock when its claim is the only live one. A daemon that sees another
+// live claim withdraws its own and tries again later (with the start-up's
+// jittered back-off), so of two that claimed at the same moment both step
+// back and the first to come back wins; a daemon that claims after a
+// holder read the claims sees the holder's. A holder renews its claim
+// every migrationLockHeartbeat; a claim not renewed for migrationLockExpiry
+// (a daemon killed while migrating) no longer counts. Times are the
+// server's now(), so the daemons' clocks do not matter.
 //
 // It is a lock of the warehouse and not of ZooKeeper because every
 // daemon has a warehouse and not every one has ha.servers, and because the
@@ -83,10 +86,13 @@ func (s *Sink) lockMigrations(ctx context.Context) (*migrationLock, error) {
 	if err := s.writeClaim(ctx, holder, false); err != nil {
 		return nil, err
 	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(migrationLockSettle):
+	if s.tmpl.Replicated && s.tmpl.Cluster != "" {
+		select {
+		case <-ctx.Done():
+			s.releaseClaim(ctx, holder)
+			return nil, ctx.Err()
+		case <-time.After(migrationLockSettle):
+		}
 	}
 	busy, err := s.migrationLockBusy(ctx, holder)
 	if err == nil && busy == nil {
@@ -96,7 +102,8 @@ func (s *Sink) lockMigrations(ctx context.Context) (*migrationLock, error) {
 		go l.heartbeat(hctx)
 		return l, nil
 	}
-	// Step back: a claim written at the same moment is older.
+	// Step back: another daemon holds the lock or claimed it at the same
+	// moment.
 	s.releaseClaim(ctx, holder)
 	if err != nil {
 		return nil, err
@@ -104,8 +111,8 @@ func (s *Sink) lockMigrations(ctx context.Context) (*migrationLock, error) {
 	return nil, busy
 }
 
-// migrationLockBusy reads the live claims: nil when none older than
-// holder's (holder "": none at all), else who holds the lock.
+// migrationLockBusy reads the live claims: nil when there is none but
+// holder's (holder "": none at all), else the oldest other one.
 func (s *Sink) migrationLockBusy(ctx context.Context, holder string) (*MigrationsBusyError, error) {
 	table := migrationLockTable(s.opts.Database)
 	rows, err := s.conn.Query(ctx, `SELECT holder, any(host), any(pid), toInt64(now()) - toInt64(min(heartbeat_at)) AS held
@@ -117,8 +124,11 @@ ORDER BY min(heartbeat_at), holder`, int64(migrationLockExpiry/time.Second))
 		return nil, fmt.Errorf("clickhouse: read the migrations lock %s: %w", table, err)
 	}
 	defer rows.Close()
-	// The first row is the oldest live claim.
-	if rows.Next() {
+	var (
+		busy *MigrationsBusyError
+		mine bool
+	)
+	for rows.Next() {
 		var (
 			h, host string
 			pid     uint32
@@ -127,18 +137,20 @@ ORDER BY min(heartbeat_at), holder`, int64(migrationLockExpiry/time.Second))
 		if err := rows.Scan(&h, &host, &pid, &held); err != nil {
 			return nil, fmt.Errorf("clickhouse: read the migrations lock %s: %w", table, err)
 		}
-		if h == holder {
-			return nil, nil // the oldest live claim is ours
+		switch {
+		case h == holder:
+			mine = true
+		case busy == nil:
+			busy = &MigrationsBusyError{Database: s.opts.Database, Host: host, PID: int(pid), Since: time.Duration(max(held, 0)) * time.Second}
 		}
-		return &MigrationsBusyError{Database: s.opts.Database, Host: host, PID: int(pid), Since: time.Duration(max(held, 0)) * time.Second}, nil
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("clickhouse: read the migrations lock %s: %w", table, err)
 	}
-	if holder != "" {
+	if busy == nil && holder != "" && !mine {
 		return nil, fmt.Errorf("clickhouse: the migrations lock %s: this daemon's claim is not there (written through another node that has not replicated it?)", table)
 	}
-	return nil, nil
+	return busy, nil
 }
 
 // writeClaim writes a row of holder's claim, stamped with the server's
