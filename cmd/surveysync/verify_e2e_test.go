@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
+	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/clickhouse"
@@ -355,4 +357,62 @@ func removeResponsesFile(t *testing.T, dir string, sid int64) map[string]string 
 	}
 	t.Logf("removed %s: %d responses lost", filepath.Base(smallest), len(lost))
 	return lost
+}
+
+// On the replicated 2×2 cluster: responses removed at the emulator, added
+// dated weeks back and a phantom row are counted exactly; --repair (in
+// this process) makes verify exit 0.
+func TestClusterVerify(t *testing.T) {
+	c, cw := clusterOrSkip(t)
+	e := newEmulator(t, sim.Options{Surveys: specs(1, 400, 63)})
+	sid := e.ids[0]
+	cfgPath := writeConfig(t, e, nil, clusterSection(t, c, cw.db)+"sync:\n  poll_interval: 1s\n  settle_lag: 0s\n  reconcile_interval: 0s\nverify:\n  interval: 0s\n")
+	startDaemon(t, cfgPath, "--exit-when-synced").wait(t, 3*time.Minute)
+	verifyJSON(t, cfgPath, 0)
+
+	var byStatus = map[string][]survey.Response{}
+	for r := range e.sim.Responses(sid) {
+		byStatus[r.ResponseStatus] = append(byStatus[r.ResponseStatus], r)
+	}
+	for _, r := range byStatus[survey.StatusDisqualified][:3] {
+		if err := e.sim.PurgeResponse(sid, r.ResponseID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		at := time.Now().UTC().Add(-30*24*time.Hour + time.Duration(i)*time.Hour)
+		if _, err := e.sim.AddResponse(sid, survey.Response{DateCreated: survey.Time{Time: at.Add(-10 * time.Minute)},
+			DateCompleted: &survey.Time{Time: at}, ResponseStatus: survey.StatusCompleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := config.Load(cfgPath, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := daemon.ClickHouseOptions(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	wh, err := clickhouse.OpenWarehouse(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phantom := byStatus[survey.StatusCompleted][0]
+	phantom.ResponseID = "0badf00d-0000-4000-8000-000000000002"
+	writeRows(t, wh, sid, phantom)
+	_ = wh.Close()
+
+	service := listedByStream(e, sid)
+	rows := verifyJSON(t, cfgPath, 1)
+	missing := map[string]int{survey.StatusCompleted: 2}
+	extra := map[string]int{survey.StatusCompleted: 1, survey.StatusDisqualified: 3}
+	for _, s := range []string{"completed", "disqualified", "quotafull", "partial"} {
+		want := verifyRow{SurveyID: sid, Stream: s, Service: service[s], Warehouse: service[s] - int64(missing[s]) + int64(extra[s]),
+			Missing: missing[s], Extra: extra[s]}
+		if rows[s] != want {
+			t.Errorf("verify %s on the cluster: %+v, want %+v", s, rows[s], want)
+		}
+	}
+	if _, stderr, code := verifyCLI(t, cfgPath, "--repair"); code != 0 {
+		t.Fatalf("verify --repair on the cluster: exit %d\n%s", code, tail(stderr, 30))
+	}
+	verifyJSON(t, cfgPath, 0)
 }
