@@ -1,7 +1,6 @@
 package parquet
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -260,7 +258,7 @@ func (w *dirWarehouse) EraseRows(ctx context.Context, keys []warehouse.ResponseK
 			if err := ctx.Err(); err != nil {
 				return found, err
 			}
-			n, err := w.rewriteWithout(ctx, p, ids)
+			n, err := w.rewrite(ctx, p, []string{"response_id"}, eraseEdit(ids))
 			if err != nil {
 				return found, fmt.Errorf("parquet sink: erase from %s: %w", p, err)
 			}
@@ -309,145 +307,25 @@ func (w *dirWarehouse) eraseFileIndex(keys []warehouse.ResponseKey) (int64, erro
 	return int64(n), nil
 }
 
-// rewriteWithout replaces the file at path by one without the rows whose
-// response_id is in ids, removes it when no row remains, and returns the
-// rows removed; a file with none of them is left alone.
-func (w *dirWarehouse) rewriteWithout(ctx context.Context, path string, ids map[string]bool) (int64, error) {
-	keep, drop, err := w.matchRows(ctx, path, ids)
-	if err != nil || drop == 0 {
-		return 0, err
-	}
-	if keep == 0 {
-		if err := os.Remove(path); err != nil {
-			return 0, err
-		}
-		return drop, atomicfile.SyncDir(filepath.Dir(path))
-	}
-	pf, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		return 0, err
-	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
-	if err != nil {
-		return 0, err
-	}
-	schema, err := fr.Schema()
-	if err != nil {
-		return 0, err
-	}
-	idCol := schema.FieldIndices("response_id")
-	if len(idCol) != 1 {
-		return 0, errors.New("no response_id column: not a surveysync file")
-	}
-	rr, err := fr.GetRecordReader(ctx, nil, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer rr.Release()
-	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
-		bw := bufio.NewWriterSize(f, 256<<10)
-		props := parquet.NewWriterProperties(parquet.WithCompression(w.codec), parquet.WithAllocator(w.mem), parquet.WithCreatedBy("surveysync"))
-		pw, err := pqarrow.NewFileWriter(schema, bw, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(w.mem)))
-		if err != nil {
-			return err
-		}
-		for rr.Next() {
-			rec := rr.RecordBatch()
-			col, ok := rec.Column(idCol[0]).(*array.String)
-			if !ok {
-				_ = pw.Close()
-				return errors.New("response_id is not a string column: not a surveysync file")
-			}
-			if err := writeKept(pw, rec, col, ids); err != nil {
-				_ = pw.Close()
-				return err
-			}
-		}
-		if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-			_ = pw.Close()
-			return err
-		}
-		if err := pw.Close(); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
-	if err != nil {
-		return 0, err
-	}
-	return drop, nil
-}
-
-// writeKept writes the runs of rec's rows whose id is not in ids.
-func writeKept(pw *pqarrow.FileWriter, rec arrow.RecordBatch, col *array.String, ids map[string]bool) error {
-	n := int(rec.NumRows())
-	start := -1
-	flush := func(end int) error {
-		if start < 0 {
-			return nil
-		}
-		s := rec.NewSlice(int64(start), int64(end))
-		defer s.Release()
-		start = -1
-		return pw.WriteBuffered(s)
-	}
-	for i := 0; i < n; i++ {
-		if ids[strings.ToLower(col.Value(i))] {
-			if err := flush(i); err != nil {
-				return err
-			}
-			continue
-		}
-		if start < 0 {
-			start = i
-		}
-	}
-	return flush(n)
-}
-
-// matchRows counts the rows of the file at path whose response_id is in
-// ids (drop) and the others (keep), reading that column only.
-func (w *dirWarehouse) matchRows(ctx context.Context, path string, ids map[string]bool) (keep, drop int64, err error) {
-	pf, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
-	if err != nil {
-		return 0, 0, err
-	}
-	schema, err := fr.Schema()
-	if err != nil {
-		return 0, 0, err
-	}
-	idx := schema.FieldIndices("response_id")
-	if len(idx) != 1 {
-		return 0, 0, errors.New("no response_id column: not a surveysync file")
-	}
-	rr, err := fr.GetRecordReader(ctx, idx, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer rr.Release()
-	for rr.Next() {
-		col, ok := rr.RecordBatch().Column(0).(*array.String)
+// eraseEdit is the rewrite (rewrite.go) that removes the rows whose
+// response_id is in ids; it reads only that column to decide.
+func eraseEdit(ids map[string]bool) rowEdit {
+	return func(rec arrow.RecordBatch) (arrow.RecordBatch, []bool, int64, error) {
+		col, ok := colOf(rec, "response_id").(*array.String)
 		if !ok {
-			return 0, 0, errors.New("response_id is not a string column: not a surveysync file")
+			return nil, nil, 0, errors.New("response_id is not a string column: not a surveysync file")
 		}
-		for i := 0; i < col.Len(); i++ {
-			if ids[strings.ToLower(col.Value(i))] {
+		keep := make([]bool, col.Len())
+		var drop int64
+		for i := range keep {
+			keep[i] = !ids[strings.ToLower(col.Value(i))]
+			if !keep[i] {
 				drop++
-			} else {
-				keep++
 			}
 		}
+		rec.Retain()
+		return rec, keep, drop, nil
 	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return 0, 0, err
-	}
-	return keep, drop, nil
 }
 
 // eraseRejects rewrites the rejects files naming one of ids without those

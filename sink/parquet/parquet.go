@@ -97,9 +97,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/flatten"
@@ -305,13 +303,7 @@ func (s *Sink) writeFile(dir, path string, rec arrow.RecordBatch) error {
 	}
 	return atomicfile.Write(path, 0o600, func(f *os.File) error {
 		bw := bufio.NewWriterSize(f, 256<<10) // not an io.Closer: the Parquet writer must not close f
-		props := parquet.NewWriterProperties(
-			parquet.WithCompression(s.codec),
-			parquet.WithAllocator(s.mem),
-			parquet.WithCreatedBy("surveysync"),
-		)
-		w, err := pqarrow.NewFileWriter(rec.Schema(), bw, props,
-			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(s.mem)))
+		w, err := newFileWriter(rec.Schema(), bw, s.codec, s.mem)
 		if err != nil {
 			return err
 		}

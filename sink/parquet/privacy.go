@@ -1,7 +1,6 @@
 package parquet
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -118,7 +116,7 @@ func (w *dirWarehouse) ApplyPrivacy(ctx context.Context, d *privacy.Delta, delet
 			}
 		}
 		for _, p := range answers {
-			n, err := w.rewriteFile(ctx, p, func(rec arrow.RecordBatch) (arrow.RecordBatch, []bool, int64, error) {
+			n, err := w.rewrite(ctx, p, nil, func(rec arrow.RecordBatch) (arrow.RecordBatch, []bool, int64, error) {
 				return w.answersDelta(rec, d, action)
 			})
 			if err != nil {
@@ -133,7 +131,7 @@ func (w *dirWarehouse) ApplyPrivacy(ctx context.Context, d *privacy.Delta, delet
 	}
 	sort.Strings(responses)
 	for _, p := range responses {
-		n, err := w.rewriteFile(ctx, p, func(rec arrow.RecordBatch) (arrow.RecordBatch, []bool, int64, error) {
+		n, err := w.rewrite(ctx, p, nil, func(rec arrow.RecordBatch) (arrow.RecordBatch, []bool, int64, error) {
 			return w.responsesDelta(rec, d)
 		})
 		if err != nil {
@@ -259,123 +257,6 @@ func (w *dirWarehouse) questionsOf(ctx context.Context, path string, fn func(pqQ
 		return err
 	}
 	return nil
-}
-
-// rewriteFile passes each record of the file at path to fn, which returns
-// it changed (or the same record, retained), which rows to keep (nil: all)
-// and how many rows it changed or removed. When none, the file is left
-// alone; else it is replaced atomically by the records returned (a file
-// left with no row is removed).
-func (w *dirWarehouse) rewriteFile(ctx context.Context, path string, fn func(arrow.RecordBatch) (arrow.RecordBatch, []bool, int64, error)) (int64, error) {
-	pf, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		return 0, err
-	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
-	if err != nil {
-		pf.Close()
-		return 0, err
-	}
-	rr, err := fr.GetRecordReader(ctx, nil, nil)
-	if err != nil {
-		pf.Close()
-		return 0, err
-	}
-	type out struct {
-		rec  arrow.RecordBatch
-		keep []bool
-	}
-	var outs []out
-	release := func() {
-		for _, o := range outs {
-			o.rec.Release()
-		}
-	}
-	var changed, kept int64
-	for rr.Next() {
-		rec, keep, n, err := fn(rr.RecordBatch())
-		if err != nil {
-			rr.Release()
-			pf.Close()
-			release()
-			return 0, err
-		}
-		changed += n
-		outs = append(outs, out{rec, keep})
-		for i := 0; i < int(rec.NumRows()); i++ {
-			if keep == nil || keep[i] {
-				kept++
-			}
-		}
-	}
-	rerr := rr.Err()
-	rr.Release()
-	pf.Close()
-	defer release()
-	if rerr != nil && !errors.Is(rerr, io.EOF) {
-		return 0, rerr
-	}
-	if changed == 0 {
-		return 0, nil
-	}
-	if kept == 0 {
-		if err := os.Remove(path); err != nil {
-			return 0, err
-		}
-		return changed, atomicfile.SyncDir(filepath.Dir(path))
-	}
-	schema := outs[0].rec.Schema()
-	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
-		bw := bufio.NewWriterSize(f, 256<<10)
-		props := parquet.NewWriterProperties(parquet.WithCompression(w.codec), parquet.WithAllocator(w.mem), parquet.WithCreatedBy("surveysync"))
-		pw, err := pqarrow.NewFileWriter(schema, bw, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(w.mem)))
-		if err != nil {
-			return err
-		}
-		for _, o := range outs {
-			if err := writeMasked(pw, o.rec, o.keep); err != nil {
-				_ = pw.Close()
-				return err
-			}
-		}
-		if err := pw.Close(); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
-	if err != nil {
-		return 0, err
-	}
-	return changed, nil
-}
-
-// writeMasked writes the runs of rec's rows that keep marks (all when nil).
-func writeMasked(pw *pqarrow.FileWriter, rec arrow.RecordBatch, keep []bool) error {
-	if keep == nil {
-		return pw.WriteBuffered(rec)
-	}
-	start := -1
-	flush := func(end int) error {
-		if start < 0 {
-			return nil
-		}
-		s := rec.NewSlice(int64(start), int64(end))
-		defer s.Release()
-		start = -1
-		return pw.WriteBuffered(s)
-	}
-	for i := range keep {
-		if !keep[i] {
-			if err := flush(i); err != nil {
-				return err
-			}
-			continue
-		}
-		if start < 0 {
-			start = i
-		}
-	}
-	return flush(len(keep))
 }
 
 // colOf returns rec's column name (nil when the file has none).
