@@ -11,6 +11,7 @@ import (
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
+	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/record"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/wide"
@@ -116,11 +117,17 @@ func (w *dirWarehouse) WideColumns(ctx context.Context, surveyID int64) ([]wide.
 	return WideColumns(ctx, w.dir, surveyID, w.choiceIDs)
 }
 
-// Export reads the survey's files: ExportWide, or ExportTable.
+// Export reads the survey's files: ExportWide (an error for a survey
+// never written), or ExportTable.
 func (w *dirWarehouse) Export(ctx context.Context, table string, surveyID int64, since time.Time,
 	open func([]wide.Field) (wide.Writer, error)) (int, error) {
 	o := WideOptions{Since: since, ChoiceIDs: w.choiceIDs}
 	if table == warehouse.ExportWide {
+		// As ClickHouse's: a survey never written has no wide table.
+		part := filepath.Join(w.dir, flatten.TableResponses, fmt.Sprintf("survey_id=%d", surveyID))
+		if _, err := os.Stat(part); err != nil {
+			return 0, fmt.Errorf("parquet export of survey %d: no wide table: no responses under %s", surveyID, part)
+		}
 		return ExportWide(ctx, w.dir, surveyID, o, open)
 	}
 	return ExportTable(ctx, w.dir, table, surveyID, o, open)

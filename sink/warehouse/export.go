@@ -27,6 +27,7 @@ type Exporter interface {
 	// table's fields, and closes it. A response whose latest version is a
 	// deletion has no row. When since is not zero only the responses read
 	// (synced_at) at or after it are written, with their answers. It
-	// returns the number of rows.
+	// returns the number of rows. A survey never written has no rows in
+	// the long tables, and no wide table: ExportWide is an error then.
 	Export(ctx context.Context, table string, surveyID int64, since time.Time, open func([]wide.Field) (wide.Writer, error)) (int, error)
 }

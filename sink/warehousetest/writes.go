@@ -3,6 +3,7 @@ package warehousetest
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sort"
@@ -231,6 +232,20 @@ func testVersions(t *testing.T, s *suite) {
 	}
 	if rows := exportCSV(t, wh, warehouse.ExportAnswers, surveyVersions, base.Add(time.Hour)); len(rows) != 5 {
 		t.Errorf("export answers since the second write: %d rows, want 5", len(rows))
+	}
+	// A survey never written has no rows in the long tables and no wide
+	// table (an error); a table the contract does not name is an error.
+	for _, table := range []string{warehouse.ExportResponses, warehouse.ExportAnswers} {
+		if rows := exportCSV(t, wh, table, surveyVersions+1000, time.Time{}); len(rows) != 0 {
+			t.Errorf("export %s of a survey never written: %d rows", table, len(rows))
+		}
+	}
+	discard := func(fields []wide.Field) (wide.Writer, error) { return wide.NewCSV(io.Discard, fields, false) }
+	if n, err := wh.Exporter().Export(ctx(t), warehouse.ExportWide, surveyVersions+1000, time.Time{}, discard); err == nil {
+		t.Errorf("export wide of a survey never written: %d rows, no error", n)
+	}
+	if _, err := wh.Exporter().Export(ctx(t), "sync_state", surveyVersions, time.Time{}, discard); err == nil {
+		t.Error("export of table sync_state: no error")
 	}
 }
 
