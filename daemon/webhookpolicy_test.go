@@ -344,3 +344,33 @@ func TestProcessResponseReceivedAbsentAndFlooded(t *testing.T) {
 		t.Fatalf("an id known absent cost %d detail calls", n-gets)
 	}
 }
+
+// A response the warehouse has whose detail now answers 404 (deleted at
+// the service) is a deletion: written, the event processed; the same
+// 404 for an id the warehouse never had writes nothing (the flood test).
+func TestProcessResponseDeletedAtTheService(t *testing.T) {
+	e := newProcessorEnv(t)
+	var r survey.Response
+	for r = range e.sim.Responses(liveSurvey) {
+		if r.ResponseStatus == survey.StatusCompleted && r.DateCompleted != nil && !r.DateCompleted.After(e.now) {
+			break
+		}
+	}
+	yes := true
+	ev := survey.WebhookEvent{SurveyID: liveSurvey, ResponseID: r.ResponseID, Completed: &yes, CompletedAt: r.DateCompleted}
+	if err := e.process(t, survey.EventResponseReceived, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.wh.Inventory().HasResponse(context.Background(), liveSurvey, r.ResponseID); err != nil || !ok {
+		t.Fatalf("the response is not current after its webhook (%v, %v)", ok, err)
+	}
+	if err := e.sim.DeleteResponse(liveSurvey, r.ResponseID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.process(t, survey.EventResponseReceived, ev); err != nil {
+		t.Fatalf("a 404 for a response the warehouse has: %v, want its deletion written", err)
+	}
+	if ok, err := e.wh.Inventory().HasResponse(context.Background(), liveSurvey, r.ResponseID); err != nil || ok {
+		t.Fatalf("the response deleted at the service is still current (%v, %v)", ok, err)
+	}
+}
