@@ -10,11 +10,14 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/surveysync/surveysync/wide"
 )
 
 // DefaultDatabase is Options.Database's default, also config's
@@ -155,8 +158,11 @@ type Sink struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// wide: the wide views' columns (wide.go).
-	wide wideState
+	// views: the wide views' upkeep (wide.go, package wide).
+	views *wide.Upkeep
+	// noReplaceView: the server has no CREATE OR REPLACE VIEW (ClickHouse
+	// 18.16).
+	noReplaceView atomic.Bool
 
 	mu          sync.Mutex
 	lastVersion uint64 // last _version given to a sync_state/surveys row
@@ -225,6 +231,7 @@ func (s *Sink) open(ctx context.Context) error {
 		return fmt.Errorf("clickhouse: server version: %w", err)
 	}
 	s.version = *v
+	s.views = s.newViews()
 	m, err := newMetrics(s.opts.Registerer)
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/surveysync/surveysync/wide"
 )
 
 // hostileNames are column names built to break out of a quoted identifier:
@@ -82,7 +84,7 @@ func TestWideColumnsHostileName(t *testing.T) {
 		if err := s.Conn().Exec(ctx, "DROP TABLE IF EXISTS "+view); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Conn().Exec(ctx, "CREATE VIEW "+view+" AS\n"+wideSelect(s.Database(), survey, c, s.version.Version.Major >= 20)); err != nil {
+		if err := s.Conn().Exec(ctx, "CREATE VIEW "+view+" AS\n"+wide.ViewSQL(s.Database(), survey, c, s.version.Version.Major >= 20)); err != nil {
 			t.Fatalf("view with column %q: %v", name, err)
 		}
 		rows, err := s.Conn().Query(ctx, "SELECT * FROM "+view)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/wide"
 )
 
 // TestWideViewUpkeep: the wide view follows Write alone (a new question
@@ -49,8 +50,8 @@ func TestWideViewUpkeep(t *testing.T) {
 
 	// The friendly name is the same view.
 	for _, name := range []string{WideViewName(4574), "spokojenost_2026"} {
-		if n := count("SELECT count() FROM system.columns WHERE database = '" + s.Database() + "' AND table = '" + name + "'"); n != uint64(len(wideResponseColumns)+len(cols)) {
-			t.Errorf("%s has %d columns, want %d", name, n, len(wideResponseColumns)+len(cols))
+		if n := count("SELECT count() FROM system.columns WHERE database = '" + s.Database() + "' AND table = '" + name + "'"); n != uint64(len(wide.ResponseColumns)+len(cols)) {
+			t.Errorf("%s has %d columns, want %d", name, n, len(wide.ResponseColumns)+len(cols))
 		}
 		if n := count("SELECT count() FROM " + s.table(name) + " WHERE q1 != ''"); n != 1 {
 			t.Errorf("%s: %d rows answer the new question, want 1", name, n)
@@ -124,9 +125,9 @@ func TestWideViewUpkeep(t *testing.T) {
 			s.Database()).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if n != uint64(len(wideResponseColumns)+len(cols)) || got != rows || left != 0 {
+		if n != uint64(len(wide.ResponseColumns)+len(cols)) || got != rows || left != 0 {
 			t.Errorf("node %s: view has %d columns (want %d), %d rows (want %d); %d leftover tables",
-				addr, n, len(wideResponseColumns)+len(cols), got, rows, left)
+				addr, n, len(wide.ResponseColumns)+len(cols), got, rows, left)
 		}
 	})
 }
@@ -194,8 +195,8 @@ func TestWideViewOfAnOlderWarehouse(t *testing.T) {
 	}
 	var n uint64
 	if err := s2.Conn().QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ?",
-		s.Database(), WideViewName(4574)).Scan(&n); err != nil || n != uint64(len(wideResponseColumns)+len(got)) {
-		t.Errorf("view has %d columns (%v), want %d", n, err, len(wideResponseColumns)+len(got))
+		s.Database(), WideViewName(4574)).Scan(&n); err != nil || n != uint64(len(wide.ResponseColumns)+len(got)) {
+		t.Errorf("view has %d columns (%v), want %d", n, err, len(wide.ResponseColumns)+len(got))
 	}
 }
 

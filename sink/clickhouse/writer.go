@@ -50,7 +50,12 @@ func (s *Sink) Write(ctx context.Context, b *flatten.Batch) error {
 			return err
 		}
 	}
-	s.updateWideViews(ctx, b.Responses, b.Answers)
+	// The wide views' upkeep runs only when the batch changes what they
+	// show (a new question, matrix row or "other" text; a survey not
+	// looked at since the start): the check reads the batch, no query.
+	if change := s.views.Seen(b.Responses, b.Answers); change != nil {
+		s.views.Update(ctx, change)
+	}
 	return nil
 }
 
