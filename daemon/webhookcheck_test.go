@@ -256,3 +256,56 @@ func TestUnknownSurveysAreAdmittedAtARate(t *testing.T) {
 		t.Fatalf("a survey found unreadable %v ago still refused: %v", readableTTL, err)
 	}
 }
+
+// What an event needs of a listing: the statuses its flags name (all
+// three without one), from its completed_at (at most listLookback before
+// it arrived, never after), less the slack.
+func TestListNeedOfAnEvent(t *testing.T) {
+	received := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	yes, no := true, false
+	for _, c := range []struct {
+		name     string
+		ev       survey.WebhookEvent
+		from     time.Time
+		statuses []string
+	}{
+		{"no flags, no date", survey.WebhookEvent{}, received.Add(-listLookback - listSlack),
+			[]string{survey.StatusCompleted, survey.StatusDisqualified, survey.StatusQuotaFull}},
+		{"disqualified", survey.WebhookEvent{Completed: &no, Disqualified: &yes, CompletedAt: &survey.Time{Time: received.Add(-time.Minute)}},
+			received.Add(-time.Minute - listSlack), []string{survey.StatusDisqualified}},
+		{"quota full and completed", survey.WebhookEvent{Completed: &yes, QuotaFull: &yes},
+			received.Add(-listLookback - listSlack), []string{survey.StatusCompleted, survey.StatusQuotaFull}},
+		{"completed in the future", survey.WebhookEvent{Completed: &yes, CompletedAt: &survey.Time{Time: received.Add(time.Hour)}},
+			received.Add(-listSlack), []string{survey.StatusCompleted}},
+		{"completed days ago (a late retry, or forged)", survey.WebhookEvent{Completed: &yes, CompletedAt: &survey.Time{Time: received.Add(-72 * time.Hour)}},
+			received.Add(-listLookback - listSlack), []string{survey.StatusCompleted}},
+	} {
+		n := needOf(webhookrx.Event{ReceivedAt: received, Parsed: c.ev})
+		if !n.from.Equal(c.from) || !slices.Equal(n.statuses, c.statuses) || !n.received.Equal(received) {
+			t.Errorf("%s: from %v statuses %v, want from %v statuses %v", c.name, n.from, n.statuses, c.from, c.statuses)
+		}
+	}
+}
+
+// The per-survey state is bounded: past surveysMax surveys the idle ones
+// are dropped, a survey with a detail call in flight is kept.
+func TestSurveyChecksAreBounded(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	c := newWebhookChecks(&listStub{}, func() time.Time { return now })
+	if ok, err := c.startDirect(context.Background(), 1); !ok || err != nil {
+		t.Fatal("no slot")
+	}
+	for i := range surveysMax {
+		c.markReadable(int64(1000 + i))
+	}
+	c.mu.Lock()
+	n := len(c.surveys)
+	busy := c.surveys[1]
+	c.mu.Unlock()
+	// The last survey found surveysMax tracked: the idle ones went, the
+	// busy one and itself remain.
+	if n != 2 || busy == nil || busy.direct != 1 {
+		t.Fatalf("%d surveys tracked, want 2 (max %d); the busy one: %+v", n, surveysMax, busy)
+	}
+	c.endDirect(1)
+}
