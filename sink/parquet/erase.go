@@ -283,22 +283,19 @@ func (w *dirWarehouse) EraseRows(ctx context.Context, keys []warehouse.ResponseK
 // it is left to the daemon: its eraser erases again, at its next refresh,
 // every erasure completed in the last two minutes.
 func (w *dirWarehouse) eraseFileIndex(keys []warehouse.ResponseKey) (int64, error) {
-	if _, err := os.Stat(filepath.Join(w.dir, "uploaded_files.db")); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	idx, err := w.FileIndex()
+	idx, err := w.existingFileIndex()
 	if errors.Is(err, kvstore.ErrInUse) {
 		w.log.Info("parquet sink: the uploaded-files index is held by the running daemon, which erases the rows of these responses at its next refresh", "responses", len(keys))
 		return 0, nil
 	}
-	if err != nil {
+	if err != nil || idx == nil {
 		return 0, err
 	}
 	erased := map[warehouse.ResponseKey]bool{}
 	for _, k := range keys {
 		erased[warehouse.ResponseKey{SurveyID: k.SurveyID, ResponseID: survey.GUID(strings.ToLower(string(k.ResponseID)))}] = true
 	}
-	n, err := idx.(*FileIndex).Remove(func(r files.Record) bool {
+	n, err := idx.Remove(func(r files.Record) bool {
 		return erased[warehouse.ResponseKey{SurveyID: r.SurveyID, ResponseID: survey.GUID(strings.ToLower(string(r.ResponseID)))}]
 	})
 	if err != nil {
@@ -459,18 +456,15 @@ func (w *dirWarehouse) contactRows(ctx context.Context, path string, contactID i
 // daemon holding the ledger (running feeds) makes it fail: run the
 // command again with the daemon stopped.
 func (w *dirWarehouse) EraseContact(ctx context.Context, contactID int64, hash string) (int64, error) {
-	if _, err := os.Stat(filepath.Join(w.dir, "_feeds", ledgerDBName)); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	l, err := w.FeedLedger()
+	l, err := w.existingLedger()
 	if errors.Is(err, kvstore.ErrInUse) {
 		return 0, fmt.Errorf("parquet sink: the feed ledger is held by the running daemon (its feeds): stop it and run the command again to erase the contact's feed entries: %w", err)
 	}
-	if err != nil {
+	if err != nil || l == nil {
 		return 0, err
 	}
 	hash = strings.ToLower(hash)
-	return l.(*FileLedger).RewriteContacts(ctx, func(e *record.ContactEntry) (bool, bool) {
+	return l.RewriteContacts(ctx, func(e *record.ContactEntry) (bool, bool) {
 		match := (contactID != 0 && e.ContactID == contactID) || (hash != "" && strings.ToLower(e.ContactIDHash) == hash)
 		return false, match
 	})

@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
 	"github.com/surveysync/surveysync/pipeline/files"
@@ -147,14 +144,10 @@ func (w *dirWarehouse) ApplyPrivacy(ctx context.Context, d *privacy.Delta, delet
 // dropFiles deletes the objects of the dropped questions' files, then
 // their index rows.
 func (w *dirWarehouse) dropFiles(ctx context.Context, dropped map[[2]int64]bool, deleteObjects func(context.Context, []files.FileRef) error) (int64, error) {
-	if _, err := os.Stat(filepath.Join(w.dir, "uploaded_files.db")); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	idx, err := w.FileIndex()
-	if err != nil {
+	ix, err := w.existingFileIndex()
+	if err != nil || ix == nil {
 		return 0, err
 	}
-	ix := idx.(*FileIndex)
 	var refs []files.FileRef
 	for _, r := range ix.All() {
 		if dropped[[2]int64{r.SurveyID, r.QuestionID}] {
@@ -179,14 +172,11 @@ func (w *dirWarehouse) ledgerDelta(ctx context.Context, d *privacy.Delta) (int64
 	if a == privacy.Keep {
 		return 0, nil
 	}
-	if _, err := os.Stat(filepath.Join(w.dir, "_feeds", ledgerDBName)); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	l, err := w.FeedLedger()
-	if err != nil {
+	l, err := w.existingLedger()
+	if err != nil || l == nil {
 		return 0, err
 	}
-	return l.(*FileLedger).RewriteContacts(ctx, func(e *record.ContactEntry) (bool, bool) {
+	return l.RewriteContacts(ctx, func(e *record.ContactEntry) (bool, bool) {
 		switch a {
 		case privacy.Drop:
 			ch := e.ContactID != 0 || e.ContactIDHash != ""
@@ -209,35 +199,8 @@ func (w *dirWarehouse) ledgerDelta(ctx context.Context, d *privacy.Delta) (int64
 
 // questionsOf calls fn with each question an answers file names.
 func (w *dirWarehouse) questionsOf(ctx context.Context, path string, fn func(pqQuestion)) error {
-	pf, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		return err
-	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, w.mem)
-	if err != nil {
-		return err
-	}
-	schema, err := fr.Schema()
-	if err != nil {
-		return err
-	}
-	var cols []int
-	for _, name := range []string{"survey_id", "question_id", "question_type", "variable"} {
-		idx := schema.FieldIndices(name)
-		if len(idx) != 1 {
-			return fmt.Errorf("no column %q: not a surveysync answers file", name)
-		}
-		cols = append(cols, idx[0])
-	}
-	rr, err := fr.GetRecordReader(ctx, cols, nil)
-	if err != nil {
-		return err
-	}
-	defer rr.Release()
 	seen := map[pqQuestion]bool{}
-	for rr.Next() {
-		rec := rr.RecordBatch()
+	return readColumns(ctx, w.mem, path, []string{"survey_id", "question_id", "question_type", "variable"}, func(rec arrow.RecordBatch) error {
 		sids, ok1 := rec.Column(0).(*array.Int64)
 		qids, ok2 := rec.Column(1).(*array.Int64)
 		types, ok3 := rec.Column(2).(*array.String)
@@ -252,11 +215,8 @@ func (w *dirWarehouse) questionsOf(ctx context.Context, path string, fn func(pqQ
 				fn(q)
 			}
 		}
-	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+		return nil
+	})
 }
 
 // colOf returns rec's column name (nil when the file has none).

@@ -12,7 +12,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/internal/atomicfile"
@@ -39,9 +38,6 @@ import (
 // may pass it only the columns it asked for.
 type rowEdit func(rec arrow.RecordBatch) (out arrow.RecordBatch, keep []bool, changed int64, err error)
 
-// rewriteBatchRows is the batch size of both passes.
-const rewriteBatchRows = 64 << 10
-
 // rewrite applies edit to the Parquet file at path (see above) and
 // returns the rows it changed or removed; 0 leaves the file alone. probe
 // names the columns the first pass reads (nil: all).
@@ -56,41 +52,31 @@ func (w *dirWarehouse) rewrite(ctx context.Context, path string, probe []string,
 		}
 		return changed, atomicfile.SyncDir(filepath.Dir(path))
 	}
-	err = w.readBatches(ctx, path, nil, func(next func() (arrow.RecordBatch, error)) error {
-		return atomicfile.Write(path, 0o600, func(f *os.File) error {
-			bw := bufio.NewWriterSize(f, 256<<10) // not an io.Closer: the Parquet writer must not close f
-			var pw *pqarrow.FileWriter
-			for {
-				rec, err := next()
-				if rec == nil || err != nil {
-					if pw != nil {
-						err = errors.Join(err, pw.Close())
-					}
-					if err != nil {
-						return err
-					}
-					return bw.Flush()
-				}
-				out, keep, _, err := edit(rec)
-				if err == nil && pw == nil {
-					// The edit may add columns (contact_id_hash to a file
-					// written before it existed): the new file has its schema.
-					pw, err = newFileWriter(out.Schema(), bw, w.codec, w.mem)
-				}
-				if err == nil {
-					err = writeKept(pw, out, keep)
-				}
-				if out != nil {
-					out.Release()
-				}
-				if err != nil {
-					if pw != nil {
-						_ = pw.Close()
-					}
+	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
+		bw := bufio.NewWriterSize(f, 256<<10) // not an io.Closer: the Parquet writer must not close f
+		var pw *pqarrow.FileWriter
+		err := readColumns(ctx, w.mem, path, nil, func(rec arrow.RecordBatch) error {
+			out, keep, _, err := edit(rec)
+			if err != nil {
+				return err
+			}
+			defer out.Release()
+			if pw == nil {
+				// The edit may add columns (contact_id_hash to a file
+				// written before it existed): the new file has its schema.
+				if pw, err = newFileWriter(out.Schema(), bw, w.codec, w.mem); err != nil {
 					return err
 				}
 			}
+			return writeKept(pw, out, keep)
 		})
+		if pw != nil {
+			err = errors.Join(err, pw.Close())
+		}
+		if err != nil {
+			return err
+		}
+		return bw.Flush()
 	})
 	if err != nil {
 		return 0, err
@@ -101,67 +87,21 @@ func (w *dirWarehouse) rewrite(ctx context.Context, path string, probe []string,
 // countEdit runs edit over the file at path (the columns probe names, or
 // all) and counts the rows it changes and those it keeps.
 func (w *dirWarehouse) countEdit(ctx context.Context, path string, probe []string, edit rowEdit) (changed, kept int64, err error) {
-	err = w.readBatches(ctx, path, probe, func(next func() (arrow.RecordBatch, error)) error {
-		for {
-			rec, err := next()
-			if rec == nil || err != nil {
-				return err
-			}
-			out, keep, n, err := edit(rec)
-			if err != nil {
-				return err
-			}
-			changed += n
-			for i := 0; i < int(out.NumRows()); i++ {
-				if keep == nil || keep[i] {
-					kept++
-				}
-			}
-			out.Release()
+	err = readColumns(ctx, w.mem, path, probe, func(rec arrow.RecordBatch) error {
+		out, keep, n, err := edit(rec)
+		if err != nil {
+			return err
 		}
+		defer out.Release()
+		changed += n
+		for i := 0; i < int(out.NumRows()); i++ {
+			if keep == nil || keep[i] {
+				kept++
+			}
+		}
+		return nil
 	})
 	return changed, kept, err
-}
-
-// readBatches opens the Parquet file at path and passes fn a function
-// returning its batches in order (nil at the end) of the columns named by
-// cols (nil: all). A batch is valid until the next call.
-func (w *dirWarehouse) readBatches(ctx context.Context, path string, cols []string, fn func(next func() (arrow.RecordBatch, error)) error) error {
-	pf, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		return err
-	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: rewriteBatchRows}, w.mem)
-	if err != nil {
-		return err
-	}
-	schema, err := fr.Schema()
-	if err != nil {
-		return err
-	}
-	var idx []int
-	for _, name := range cols {
-		i := schema.FieldIndices(name)
-		if len(i) != 1 {
-			return errors.New("no " + name + " column: not a surveysync file")
-		}
-		idx = append(idx, i[0])
-	}
-	rr, err := fr.GetRecordReader(ctx, idx, nil)
-	if err != nil {
-		return err
-	}
-	defer rr.Release()
-	return fn(func() (arrow.RecordBatch, error) {
-		if rr.Next() {
-			return rr.RecordBatch(), nil
-		}
-		if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
-		return nil, nil
-	})
 }
 
 // newFileWriter is the writer of every Parquet file the sink writes: its

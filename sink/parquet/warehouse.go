@@ -74,6 +74,32 @@ func (w *dirWarehouse) FeedLedger() (record.FeedLedger, error) {
 	return w.ledger, nil
 }
 
+// existingFileIndex opens the uploaded-files index for erasure and privacy
+// apply; nil when there is none (no file was ever uploaded).
+func (w *dirWarehouse) existingFileIndex() (*FileIndex, error) {
+	if _, err := os.Stat(filepath.Join(w.dir, "uploaded_files.db")); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	idx, err := w.FileIndex()
+	if err != nil {
+		return nil, err
+	}
+	return idx.(*FileIndex), nil
+}
+
+// existingLedger opens the feed ledger for erasure and privacy apply; nil
+// when there is none (no feed ever ran).
+func (w *dirWarehouse) existingLedger() (*FileLedger, error) {
+	if _, err := os.Stat(filepath.Join(w.dir, "_feeds", ledgerDBName)); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	l, err := w.FeedLedger()
+	if err != nil {
+		return nil, err
+	}
+	return l.(*FileLedger), nil
+}
+
 func (w *dirWarehouse) WebhookLog() record.WebhookLog { return nil }
 func (w *dirWarehouse) QueryConn() record.QueryConn   { return nil }
 
