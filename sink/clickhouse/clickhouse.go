@@ -280,6 +280,24 @@ func (s *Sink) Close() error {
 // table is the fully qualified public name of a table or view.
 func (s *Sink) table(name string) string { return s.opts.Database + "." + name }
 
+// queryColumn runs q and reads its one column.
+func queryColumn[T any](ctx context.Context, conn driver.Conn, q string, args ...any) ([]T, error) {
+	rows, err := conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // nextVersion returns a _version for a state/survey row: the current time in
 // nanoseconds, strictly increasing within this process.
 func (s *Sink) nextVersion() uint64 {

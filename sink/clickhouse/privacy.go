@@ -207,20 +207,11 @@ func (s *Sink) count(ctx context.Context, table, where string) (int64, error) {
 
 // column reads a query's one String column.
 func (s *Sink) column(ctx context.Context, q string) ([]string, error) {
-	rows, err := s.conn.Query(ctx, q)
+	out, err := queryColumn[string](ctx, s.conn, q)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: privacy apply: %w", err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, fmt.Errorf("clickhouse: privacy apply: %w", err)
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // hashMutations replaces, in slices, each value of col (a String

@@ -95,20 +95,8 @@ func (w wideStore) ReplaceView(ctx context.Context, view, query string) error {
 
 // Surveys lists the surveys that have responses.
 func (w wideStore) Surveys(ctx context.Context) ([]int64, error) {
-	rows, err := w.s.conn.Query(ctx, "SELECT DISTINCT survey_id FROM "+w.s.table("responses")+" ORDER BY survey_id")
+	ids, err := queryColumn[int64](ctx, w.s.conn, "SELECT DISTINCT survey_id FROM "+w.s.table("responses")+" ORDER BY survey_id")
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse: list surveys: %w", err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("clickhouse: list surveys: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("clickhouse: list surveys: %w", err)
 	}
 	return ids, nil
@@ -125,21 +113,9 @@ func (w wideStore) View(ctx context.Context, view string) (string, []string, err
 		}
 		return "", nil, err
 	}
-	rows, err := w.s.conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
+	names, err := queryColumn[string](ctx, w.s.conn, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
 		w.s.opts.Database, view)
-	if err != nil {
-		return "", nil, err
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return "", nil, err
-		}
-		names = append(names, n)
-	}
-	return query, names, rows.Err()
+	return query, names, err
 }
 
 // WideColumns reads survey id's wide-view columns from wide_columns, in

@@ -17,35 +17,29 @@ func TestWideUpkeepRunsWhenQuestionsChange(t *testing.T) {
 	const survey = 9101
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	version := func() uint64 { return uint64(time.Now().UnixNano()) }
-
-	first := buildBatch(mem, []testResponse{{ID: guid(1), SurveyID: survey, Version: version(), Answers: 2}})
-	defer first.Release()
-	if ch := s.views.Seen(first.Responses, first.Answers); ch == nil {
-		t.Fatal("a new survey's first batch is no change to the views")
-	}
-	if err := s.Write(ctxT(t), first); err != nil {
-		t.Fatal(err)
-	}
-	if ch := s.views.Seen(first.Responses, first.Answers); ch != nil {
-		t.Errorf("the same questions again are a change to the views: %+v", ch)
-	}
-	same := buildBatch(mem, []testResponse{{ID: guid(2), SurveyID: survey, Version: version(), Answers: 2}})
-	defer same.Release()
-	if ch := s.views.Seen(same.Responses, same.Answers); ch != nil {
-		t.Errorf("another response to the same questions is a change to the views: %+v", ch)
-	}
-
-	more := buildBatch(mem, []testResponse{{ID: guid(3), SurveyID: survey, Version: version(), Answers: 3}})
-	defer more.Release()
-	if ch := s.views.Seen(more.Responses, more.Answers); ch == nil {
-		t.Fatal("a response with a new question is no change to the views")
-	}
-	if err := s.Write(ctxT(t), more); err != nil {
-		t.Fatal(err)
-	}
-	if ch := s.views.Seen(more.Responses, more.Answers); ch != nil {
-		t.Errorf("after the write, its questions are still a change: %+v", ch)
+	// Each step: a response with that many answers (questions q0…),
+	// whether the views lack something of it, and whether it is written.
+	for i, step := range []struct {
+		what    string
+		answers int
+		change  bool
+		write   bool
+	}{
+		{"a new survey's first response", 2, true, true},
+		{"the same questions again", 2, false, false},
+		{"a response with a new question", 3, true, true},
+		{"that response, written", 3, false, false},
+	} {
+		b := buildBatch(mem, []testResponse{{ID: guid(i + 1), SurveyID: survey, Version: uint64(time.Now().UnixNano()), Answers: step.answers}})
+		if got := s.views.Seen(b.Responses, b.Answers) != nil; got != step.change {
+			t.Errorf("%s: a change to the views %v, want %v", step.what, got, step.change)
+		}
+		if step.write {
+			if err := s.Write(ctxT(t), b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Release()
 	}
 	cols, err := s.WideColumns(ctxT(t), survey)
 	if err != nil {
