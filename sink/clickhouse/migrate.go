@@ -385,20 +385,7 @@ UNION ALL SELECT '' FROM system.databases WHERE name = ?`, s.opts.Database, s.op
 
 // strings runs a query of one String column.
 func (s *Sink) strings(ctx context.Context, query string, args ...any) ([]string, error) {
-	rows, err := s.conn.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return queryColumn[string](ctx, s.conn, query, args...)
 }
 
 // recordMigration inserts m into schema_migrations. (A batch, not Exec of

@@ -207,7 +207,7 @@ func (s *Sink) count(ctx context.Context, table, where string) (int64, error) {
 
 // column reads a query's one String column.
 func (s *Sink) column(ctx context.Context, q string) ([]string, error) {
-	out, err := queryColumn[string](ctx, s.conn, q)
+	out, err := s.strings(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: privacy apply: %w", err)
 	}

@@ -113,7 +113,7 @@ func (w wideStore) View(ctx context.Context, view string) (string, []string, err
 		}
 		return "", nil, err
 	}
-	names, err := queryColumn[string](ctx, w.s.conn, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
+	names, err := w.s.strings(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?",
 		w.s.opts.Database, view)
 	return query, names, err
 }
