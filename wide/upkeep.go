@@ -63,6 +63,8 @@ type UpkeepOptions struct {
 	// survey_<id>: the same view under that name, kept current alike.
 	Names map[int64]string
 	Log   *slog.Logger
+	// Now is the clock of the retry after a failure (nil: time.Now).
+	Now func() time.Time
 }
 
 // Upkeep keeps the wide views current. It knows the columns per survey
@@ -84,6 +86,9 @@ type Upkeep struct {
 
 // NewUpkeep returns the upkeep of the views in store.
 func NewUpkeep(store Store, o UpkeepOptions) *Upkeep {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return &Upkeep{store: store, opts: o,
 		loaded: map[int64]bool{}, cols: map[int64][]Column{}, known: map[Key]int{},
 		stale: map[int64]bool{}, retryAt: map[int64]time.Time{}}
@@ -111,7 +116,7 @@ type Change struct {
 func (u *Upkeep) Seen(responses, answers arrow.RecordBatch) *Change {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	now := time.Now()
+	now := u.opts.Now()
 	ch := &Change{surveys: map[int64]bool{}, fresh: map[int64][]Column{}}
 	if responses != nil && responses.NumRows() > 0 {
 		ids := responses.Column(responses.Schema().FieldIndices("survey_id")[0]).(*array.Int64)
@@ -147,7 +152,7 @@ func (u *Upkeep) Update(ctx context.Context, ch *Change) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	now := time.Now()
+	now := u.opts.Now()
 	for id := range ch.surveys {
 		if now.Before(u.retryAt[id]) {
 			continue
