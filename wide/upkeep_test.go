@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/survey"
 )
 
 // memStore is a Store in memory: the upkeep's policy tested at its own
@@ -69,10 +68,10 @@ func TestUpkeepRunsWhenQuestionsChange(t *testing.T) {
 	// 1001…1000+n is a change, and applies it.
 	seen := func(n int) bool {
 		t.Helper()
-		b := answersBatch(t, mem, n)
-		defer b.Release()
+		answers := answersBatch(mem, n)
+		defer answers.Release()
 		calls := store.calls
-		ch := u.Seen(b.Responses, b.Answers)
+		ch := u.Seen(nil, answers)
 		if store.calls != calls {
 			t.Fatal("Seen asked the store")
 		}
@@ -109,23 +108,30 @@ func TestUpkeepRunsWhenQuestionsChange(t *testing.T) {
 	}
 }
 
-// answersBatch is a flattened response of survey 7 answering the essay
-// questions 1001…1000+n.
-func answersBatch(t *testing.T, mem memory.Allocator, n int) *flatten.Batch {
-	t.Helper()
-	at := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	resp := survey.Response{ResponseID: "00000000-0000-4000-8000-000000000001", SurveyID: 7,
-		DateCreated: survey.Time{Time: at}, ResponseStatus: survey.StatusCompleted}
-	page := survey.Page{ID: 1}
-	for q := 1; q <= n; q++ {
-		page.Questions = append(page.Questions, survey.Question{ID: int64(1000 + q), Type: "essay", Variable: fmt.Sprintf("q_%d", 1000+q),
-			Answers: []survey.Answer{{Text: survey.Str("ano")}}})
-	}
-	resp.Pages = []survey.Page{page}
-	b := flatten.NewBuilder(mem)
+// answersBatch is the answers of one response of survey 7 to the essay
+// questions 1001…1000+n: the columns of flatten's answers schema that the
+// upkeep reads (built here: wide imports nothing of the module, not even
+// in its tests).
+func answersBatch(mem memory.Allocator, n int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, arrow.NewSchema([]arrow.Field{
+		{Name: "survey_id", Type: arrow.PrimitiveTypes.Int64}, {Name: "question_id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "row_id", Type: arrow.PrimitiveTypes.Int64, Nullable: true}, {Name: "other_id", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		{Name: "question_type", Type: arrow.BinaryTypes.String}, {Name: "variable", Type: arrow.BinaryTypes.String},
+		{Name: "question_title", Type: arrow.BinaryTypes.String}, {Name: "row_label", Type: arrow.BinaryTypes.String},
+		{Name: "page_index", Type: arrow.PrimitiveTypes.Uint16}, {Name: "question_index", Type: arrow.PrimitiveTypes.Uint16},
+	}, nil))
 	defer b.Release()
-	if err := b.Add(flatten.Item{SurveyID: 7, ResponseID: resp.ResponseID, Version: 1, SyncedAt: at, Response: &resp}); err != nil {
-		t.Fatal(err)
+	for q := 1; q <= n; q++ {
+		b.Field(0).(*array.Int64Builder).Append(7)
+		b.Field(1).(*array.Int64Builder).Append(int64(1000 + q))
+		b.Field(2).(*array.Int64Builder).AppendNull()
+		b.Field(3).(*array.Int64Builder).AppendNull()
+		b.Field(4).(*array.StringBuilder).Append("essay")
+		b.Field(5).(*array.StringBuilder).Append(fmt.Sprintf("q_%d", 1000+q))
+		b.Field(6).(*array.StringBuilder).Append(fmt.Sprintf("Otázka %d", q))
+		b.Field(7).(*array.StringBuilder).Append("")
+		b.Field(8).(*array.Uint16Builder).Append(0)
+		b.Field(9).(*array.Uint16Builder).Append(uint16(q))
 	}
-	return b.Flush()
+	return b.NewRecordBatch()
 }
