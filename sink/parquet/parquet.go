@@ -1,7 +1,7 @@
 // Package parquet is surveysync's embedded default warehouse: it writes the
 // responses and answers tables as Parquet files in a local directory, and
 // keeps the stream checkpoints and survey list in small JSON files beside
-// them, the uploaded-files index and the feed ledger in JSONL files
+// them, the uploaded-files index and the feed ledger in bbolt files
 // (OpenWarehouse). It is what runs when no ClickHouse is configured, and a way to feed
 // a data lake.
 //
