@@ -13,8 +13,7 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/daemon"
-	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/wide"
 )
 
@@ -28,17 +27,18 @@ type exportFlags struct {
 	table  string // wide, responses or answers
 }
 
-// export writes a survey's wide view to CSV or Parquet, streaming
-// (docs/schema.md, "Wide tables"), from ClickHouse or the Parquet sink.
+// export writes a survey's wide view (or a long table) to CSV or Parquet,
+// streaming (docs/schema.md, "Wide tables"), through the warehouse's
+// Exporter.
 func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stderr io.Writer) int {
 	if f.format != "csv" && f.format != "parquet" {
 		fmt.Fprintf(stderr, "surveysync export: --format %s: want csv or parquet\n", f.format)
 		return exitUsage
 	}
 	if f.table == "" {
-		f.table = "wide"
+		f.table = warehouse.ExportWide
 	}
-	if f.table != "wide" && f.table != "responses" && f.table != "answers" {
+	if f.table != warehouse.ExportWide && f.table != warehouse.ExportResponses && f.table != warehouse.ExportAnswers {
 		fmt.Fprintf(stderr, "surveysync export: --table %s: want wide, responses or answers\n", f.table)
 		return exitUsage
 	}
@@ -46,8 +46,7 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		fmt.Fprintln(stderr, "surveysync export: --survey ID is required")
 		return exitUsage
 	}
-	var o clickhouse.ExportOptions
-	o.BOM = f.bom
+	var since time.Time
 	if f.since != "" {
 		t, err := time.Parse(time.RFC3339, f.since)
 		if err != nil {
@@ -56,54 +55,21 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 				return exitUsage
 			}
 		}
-		o.Since = t
+		since = t
 	}
-	// From ClickHouse's view when ClickHouse is configured, else from the
-	// Parquet sink's files (package parquet; same columns and formats).
-	var run func(w io.Writer) (int, error)
-	source := ""
-	if cfg.ClickHouse.Enabled() {
-		log := daemon.NewLogger(cfg, stderr)
-		s, err := clickhouse.Open(ctx, daemon.ClickHouseOptions(cfg, log, prometheus.NewRegistry()))
-		if err != nil {
-			fmt.Fprintf(stderr, "surveysync export: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
-			return exitFail
-		}
-		defer s.Close()
-		source = s.Database() + "." + clickhouse.WideViewName(f.survey)
-		run = func(w io.Writer) (int, error) {
-			if f.table != "wide" {
-				return s.ExportTable(ctx, f.table, f.survey, o, func(fields []wide.Field) (wide.Writer, error) {
-					return openWriter(w, f, fields)
-				})
-			}
-			if f.format == "parquet" {
-				return s.ExportWideParquet(ctx, w, f.survey, o)
-			}
-			return s.ExportWideCSV(ctx, w, f.survey, o)
-		}
-		if f.table != "wide" {
-			source = s.Database() + "." + f.table + "_current"
-		}
-	} else {
-		dir, err := filepath.Abs(cfg.Parquet.Dir)
-		if err != nil {
-			fmt.Fprintln(stderr, "surveysync export:", err)
-			return exitFail
-		}
-		if _, err := os.Stat(filepath.Join(dir, "responses", fmt.Sprintf("survey_id=%d", f.survey))); err != nil {
-			fmt.Fprintf(stderr, "surveysync export: no responses of survey %d under %s (clickhouse.addr is empty: export reads the Parquet sink's files; run `surveysync run` first, or set --parquet-dir)\n", f.survey, dir)
-			return exitFail
-		}
-		source = "Parquet files under " + dir
-		po := parquet.WideOptions{Since: o.Since, ChoiceIDs: cfg.Wide.ChoiceIDs}
-		run = func(w io.Writer) (int, error) {
-			open := func(fields []wide.Field) (wide.Writer, error) { return openWriter(w, f, fields) }
-			if f.table != "wide" {
-				return parquet.ExportTable(ctx, dir, f.table, f.survey, po, open)
-			}
-			return parquet.ExportWide(ctx, dir, f.survey, po, open)
-		}
+	// The warehouse's Exporter reads the rows: ClickHouse's views, or the
+	// Parquet sink's files (same columns and formats).
+	log := daemon.NewLogger(cfg, stderr)
+	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
+	if err != nil {
+		fmt.Fprintf(stderr, "surveysync export: %v\nfix: %s\n", err, daemon.SinkFixFor(cfg, err))
+		return exitFail
+	}
+	defer wh.Close()
+	run := func(w io.Writer) (int, error) {
+		return wh.Exporter().Export(ctx, f.table, f.survey, since, func(fields []wide.Field) (wide.Writer, error) {
+			return openWriter(w, f, fields)
+		})
 	}
 	out, name := stdout, "standard output"
 	var file *os.File
@@ -137,11 +103,11 @@ func export(ctx context.Context, cfg *config.Config, f exportFlags, stdout, stde
 		return exitFail
 	}
 	what := "responses"
-	if f.table == "answers" {
+	if f.table == warehouse.ExportAnswers {
 		what = "answers rows"
 	}
-	fmt.Fprintf(stderr, "exported %d %s of survey %d (%s) to %s in %s\n",
-		n, what, f.survey, source, name, daemon.RoundDuration(time.Since(start)))
+	fmt.Fprintf(stderr, "exported %d %s of survey %d (%s table, from %s) to %s in %s\n",
+		n, what, f.survey, f.table, wh, name, daemon.RoundDuration(time.Since(start)))
 	return exitOK
 }
 

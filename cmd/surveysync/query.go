@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -12,8 +11,7 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/daemon"
-	"github.com/surveysync/surveysync/pipeline/flatten"
-	"github.com/surveysync/surveysync/sink/parquet"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/survey"
 )
 
@@ -23,55 +21,50 @@ type queryFlags struct {
 }
 
 // query prints what the output holds: current responses (the latest version
-// of each, deleted ones excluded) per survey and status, and a sample. For
-// Parquet, sink/parquet reads the files (parquet.ReadCurrent) and this only
-// formats; for ClickHouse it counts responses_current.
+// of each, deleted ones excluded) per survey and status, and a sample where
+// the warehouse takes one. The warehouse's Summarizer reads them; this only
+// formats.
 func query(ctx context.Context, cfg *config.Config, q queryFlags, stdout, stderr io.Writer) int {
-	if len(cfg.ClickHouse.Addr) > 0 {
-		return queryClickHouse(ctx, cfg, q, stdout, stderr)
+	log := daemon.NewLogger(cfg, stderr)
+	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
+	if err != nil {
+		fmt.Fprintf(stderr, "surveysync query: %v\nfix: %s\n", err, daemon.SinkFixFor(cfg, err))
+		return exitFail
 	}
-	dir, err := filepath.Abs(cfg.Parquet.Dir)
+	defer wh.Close()
+	sum, err := wh.Summarizer().Summary(ctx, q.survey, q.sample)
 	if err != nil {
 		fmt.Fprintln(stderr, "surveysync query:", err)
 		return exitFail
 	}
-	cur, err := parquet.ReadCurrent(ctx, dir, q.survey)
-	if err != nil {
-		fmt.Fprintln(stderr, "surveysync query:", err)
-		return exitFail
+	fmt.Fprintf(stdout, "%s\n\n", sum.About)
+	writeCounts(stdout, sum)
+	if sum.Sampled && q.sample > 0 {
+		writeSample(stdout, sum.Sample)
 	}
-	if cur.Files == 0 {
-		fmt.Fprintf(stderr, "surveysync query: no responses Parquet files under %s (run `surveysync run` first, or set --parquet-dir)\n", filepath.Join(dir, flatten.TableResponses))
-		return exitFail
-	}
-	fmt.Fprintf(stdout, "Parquet output under %s: %d responses files, %d rows (every version of every response)\n\n", dir, cur.Files, cur.Rows)
-	printCounts(stdout, cur)
-	if q.sample > 0 {
-		printSample(stdout, cur, q.sample)
+	if sum.More != "" {
+		fmt.Fprintf(stdout, "\nmore: %s\n", sum.More)
 	}
 	return exitOK
 }
 
 var statusOrder = []string{survey.StatusCompleted, survey.StatusDisqualified, survey.StatusQuotaFull, survey.StatusPartial}
 
-func printCounts(w io.Writer, cur *parquet.Current) {
-	counts, total := cur.Counts()
-	writeCounts(w, counts, total, true)
-}
-
-func writeCounts(w io.Writer, counts []parquet.SurveyCount, total int, withDeleted bool) {
-	fmt.Fprintf(w, "current responses (latest version of each, deleted excluded): %d\n\n", total)
+// writeCounts prints the counts per survey and status (and the deletions,
+// when the warehouse counts them).
+func writeCounts(w io.Writer, sum *warehouse.Summary) {
+	fmt.Fprintf(w, "current responses (latest version of each, deleted excluded): %d\n\n", sum.Total)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprint(tw, "SURVEY\tNAME")
 	for _, s := range statusOrder {
 		fmt.Fprintf(tw, "\t%s", s)
 	}
 	fmt.Fprint(tw, "\tTOTAL")
-	if withDeleted {
+	if sum.Deletions {
 		fmt.Fprint(tw, "\tDELETED")
 	}
 	fmt.Fprintln(tw)
-	for _, sc := range counts {
+	for _, sc := range sum.Surveys {
 		name := sc.Name
 		if name == "" {
 			name = "-"
@@ -81,7 +74,7 @@ func writeCounts(w io.Writer, counts []parquet.SurveyCount, total int, withDelet
 			fmt.Fprintf(tw, "\t%d", sc.ByStatus[s])
 		}
 		fmt.Fprintf(tw, "\t%d", sc.Current)
-		if withDeleted {
+		if sum.Deletions {
 			fmt.Fprintf(tw, "\t%d", sc.Deleted)
 		}
 		fmt.Fprintln(tw)
@@ -89,9 +82,8 @@ func writeCounts(w io.Writer, counts []parquet.SurveyCount, total int, withDelet
 	tw.Flush()
 }
 
-// printSample prints the n most recently created current responses.
-func printSample(w io.Writer, cur *parquet.Current, n int) {
-	live := cur.Sample(n)
+// writeSample prints the most recently created current responses.
+func writeSample(w io.Writer, live []warehouse.SampledResponse) {
 	fmt.Fprintf(w, "\nsample: the %d most recently created current responses\n", len(live))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RESPONSE_ID\tSURVEY\tSTATUS\tDATE_CREATED\tDATE_COMPLETED\tVERSIONS")
@@ -100,28 +92,7 @@ func printSample(w io.Writer, cur *parquet.Current, n int) {
 		if !c.Completed.IsZero() {
 			done = c.Completed.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\n", c.ID, c.SurveyID, c.Status, c.Created.Format(time.RFC3339), done, c.Rows)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\n", c.ID, c.SurveyID, c.Status, c.Created.Format(time.RFC3339), done, c.Versions)
 	}
 	tw.Flush()
-}
-
-// queryClickHouse prints responses_current's counts per survey and status
-// (daemon.CurrentCounts).
-func queryClickHouse(ctx context.Context, cfg *config.Config, q queryFlags, stdout, stderr io.Writer) int {
-	log := daemon.NewLogger(cfg, stderr)
-	wh, err := daemon.OpenWarehouse(ctx, cfg, log, prometheus.NewRegistry())
-	if err != nil {
-		fmt.Fprintf(stderr, "surveysync query: %v\nfix: %s\n", err, daemon.SinkFix(cfg))
-		return exitFail
-	}
-	defer wh.Close()
-	counts, total, err := daemon.CurrentCounts(ctx, wh, q.survey)
-	if err != nil {
-		fmt.Fprintln(stderr, "surveysync query:", err)
-		return exitFail
-	}
-	fmt.Fprintf(stdout, "%s\n\n", wh)
-	writeCounts(stdout, counts, total, false)
-	fmt.Fprintf(stdout, "\nmore: clickhouse-client --query 'SELECT * FROM %s.responses_current LIMIT 5'\n", cfg.ClickHouse.Database)
-	return exitOK
 }

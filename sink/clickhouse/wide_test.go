@@ -15,6 +15,7 @@ import (
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
+	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/wide"
 )
 
@@ -83,7 +84,9 @@ func TestWideViewUpkeep(t *testing.T) {
 	export := func() string {
 		t.Helper()
 		var buf bytes.Buffer
-		if _, err := s.ExportWideCSV(ctx, &buf, 4574, ExportOptions{}); err != nil {
+		if _, err := s.Exporter().Export(ctx, warehouse.ExportWide, 4574, time.Time{}, func(fields []wide.Field) (wide.Writer, error) {
+			return wide.NewCSV(&buf, fields, false)
+		}); err != nil {
 			t.Fatal(err)
 		}
 		recs, err := csv.NewReader(&buf).ReadAll()

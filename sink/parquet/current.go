@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/surveysync/surveysync/pipeline/flatten"
+	"github.com/surveysync/surveysync/sink/warehouse"
 )
 
 // CurrentResponse is the latest version (highest _version) of one response
@@ -37,15 +38,6 @@ type Current struct {
 	Files     int   // responses files read
 	Rows      int64 // rows in them: every version of every response
 	Responses map[string]*CurrentResponse
-}
-
-// SurveyCount counts one survey's current responses.
-type SurveyCount struct {
-	SurveyID int64
-	Name     string         // the latest non-empty survey_name
-	ByStatus map[string]int // current, not deleted, per response_status
-	Current  int            // current, not deleted
-	Deleted  int            // whose latest version is a deletion
 }
 
 // currentColumns are the responses columns ReadCurrent reads.
@@ -160,13 +152,13 @@ func readResponsesFile(ctx context.Context, mem memory.Allocator, path string, c
 
 // Counts counts the current responses per survey, ordered by survey ID,
 // and returns the total of current, not deleted, responses.
-func (c *Current) Counts() ([]SurveyCount, int) {
-	bySurvey := map[int64]*SurveyCount{}
+func (c *Current) Counts() ([]warehouse.SurveyCount, int) {
+	bySurvey := map[int64]*warehouse.SurveyCount{}
 	total := 0
 	for _, r := range c.Responses {
 		sc := bySurvey[r.SurveyID]
 		if sc == nil {
-			sc = &SurveyCount{SurveyID: r.SurveyID, ByStatus: map[string]int{}}
+			sc = &warehouse.SurveyCount{SurveyID: r.SurveyID, ByStatus: map[string]int{}}
 			bySurvey[r.SurveyID] = sc
 		}
 		if r.SurveyName != "" {
@@ -180,7 +172,7 @@ func (c *Current) Counts() ([]SurveyCount, int) {
 		sc.Current++
 		total++
 	}
-	counts := make([]SurveyCount, 0, len(bySurvey))
+	counts := make([]warehouse.SurveyCount, 0, len(bySurvey))
 	for _, sc := range bySurvey {
 		counts = append(counts, *sc)
 	}
@@ -207,4 +199,33 @@ func (c *Current) Sample(n int) []CurrentResponse {
 		live = live[:n]
 	}
 	return live
+}
+
+// Summarizer returns w: it reads the responses files (ReadCurrent).
+func (w *dirWarehouse) Summarizer() warehouse.Summarizer { return w }
+
+// Summary reads the responses files of surveyID (0: all) once: the counts,
+// the deletions and a sample. No responses file is an error.
+func (w *dirWarehouse) Summary(ctx context.Context, surveyID int64, sample int) (*warehouse.Summary, error) {
+	cur, err := ReadCurrent(ctx, w.dir, surveyID)
+	if err != nil {
+		return nil, err
+	}
+	if cur.Files == 0 {
+		return nil, fmt.Errorf("no responses Parquet files under %s (run `surveysync run` first, or set --parquet-dir)",
+			filepath.Join(w.dir, flatten.TableResponses))
+	}
+	counts, total := cur.Counts()
+	sum := &warehouse.Summary{
+		About:     fmt.Sprintf("Parquet output under %s: %d responses files, %d rows (every version of every response)", w.dir, cur.Files, cur.Rows),
+		Surveys:   counts,
+		Total:     total,
+		Deletions: true,
+		Sampled:   true,
+	}
+	for _, r := range cur.Sample(sample) {
+		sum.Sample = append(sum.Sample, warehouse.SampledResponse{ID: r.ID, SurveyID: r.SurveyID, Status: r.Status,
+			Created: r.Created, Completed: r.Completed, Versions: r.Rows})
+	}
+	return sum, nil
 }

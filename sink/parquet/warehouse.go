@@ -152,7 +152,7 @@ func (w *dirWarehouse) Export(ctx context.Context, table string, surveyID int64,
 		// As ClickHouse's: a survey never written has no wide table.
 		part := filepath.Join(w.dir, flatten.TableResponses, fmt.Sprintf("survey_id=%d", surveyID))
 		if _, err := os.Stat(part); err != nil {
-			return 0, fmt.Errorf("parquet export of survey %d: no wide table: no responses under %s", surveyID, part)
+			return 0, fmt.Errorf("parquet export: no responses of survey %d under %s, so no wide table (run `surveysync run` first, or set --parquet-dir)", surveyID, w.dir)
 		}
 		return ExportWide(ctx, w.dir, surveyID, o, open)
 	}

@@ -54,6 +54,9 @@ type Warehouse interface {
 	Verifier() VerifyReader
 	// Exporter reads a survey's current rows (surveysync export).
 	Exporter() Exporter
+	// Summarizer counts the current responses per survey and status
+	// (surveysync query).
+	Summarizer() Summarizer
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error

@@ -92,6 +92,7 @@ func Exercise(t *testing.T, b Backend) {
 		{"Lease", testLease},
 		{"Verify", testVerify},
 		{"VerifyLog", testVerifyLog},
+		{"Summary", testSummary},
 		// Restart closes the shared warehouse and opens it again.
 		{"Restart", testRestart},
 		{"Privacy", testPrivacy},
