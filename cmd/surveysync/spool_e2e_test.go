@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -81,20 +82,25 @@ func TestDamagedSpoolIsMovedAsideAtStart(t *testing.T) {
 	t.Logf("spool.db: %d bytes", len(sound))
 
 	responses := 10
+	noise := func(b []byte, at int) []byte {
+		rng := rand.New(rand.NewPCG(32, 3))
+		for i := at; i < at+4096 && i < len(b); i++ {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
 	for _, tc := range []struct {
 		name   string
 		damage func(b []byte) []byte
+		// mayBeSound: the damage may fall on a free page (the spool was
+		// drained before the stop), which no reader ever looks at: then
+		// there is nothing to recover and no warning is due.
+		mayBeSound bool
 	}{
-		{"4 KiB of noise in the middle", func(b []byte) []byte {
-			rng := rand.New(rand.NewPCG(32, 3))
-			mid := len(b) / 2 &^ 4095
-			for i := mid; i < mid+4096; i++ {
-				b[i] = byte(rng.Uint32())
-			}
-			return b
-		}},
-		{"truncated to a third", func(b []byte) []byte { return b[:len(b)/3] }},
-		{"zero-filled", func(b []byte) []byte { return make([]byte, len(b)) }},
+		{"4 KiB of noise in the middle", func(b []byte) []byte { return noise(b, len(b)/2&^4095) }, true},
+		{"4 KiB of noise over the root page", func(b []byte) []byte { return noise(b, boltRootPage(t, b)*4096) }, false},
+		{"truncated to a third", func(b []byte) []byte { return b[:len(b)/3] }, false},
+		{"zero-filled", func(b []byte) []byte { return make([]byte, len(b)) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, old := range globAll(t, db+".damaged-*") {
@@ -135,6 +141,10 @@ func TestDamagedSpoolIsMovedAsideAtStart(t *testing.T) {
 					warn = l
 				}
 			}
+			if warn == "" && tc.mayBeSound {
+				t.Log("the noise fell on a page the database does not use: nothing to recover")
+				return
+			}
 			if !strings.Contains(warn, "level=WARN") || !strings.Contains(warn, db) || !strings.Contains(warn, "polling and reconcile") {
 				t.Fatalf("no WARN naming %s and what recovers the loss:\n%s", db, tail(out, 40))
 			}
@@ -153,4 +163,26 @@ func globAll(t *testing.T, pattern string) []string {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// boltRootPage is the page id of the root bucket's page in the bbolt file b
+// (4 KiB pages): from the meta page (page 0 or 1) with the higher
+// transaction id. The page header is 16 bytes; in the meta that follows,
+// the root bucket's page id is at 16 and the transaction id at 48.
+func boltRootPage(t *testing.T, b []byte) int {
+	t.Helper()
+	if len(b) < 2*4096 {
+		t.Fatalf("spool.db of %d bytes has no two meta pages", len(b))
+	}
+	best, txid := 0, uint64(0)
+	for _, off := range []int{16, 4096 + 16} {
+		root := int(binary.LittleEndian.Uint64(b[off+16:]))
+		if tx := binary.LittleEndian.Uint64(b[off+48:]); tx >= txid && root > 1 && root*4096 < len(b) {
+			best, txid = root, tx
+		}
+	}
+	if best == 0 {
+		t.Fatal("spool.db: no meta page names a root page in the file")
+	}
+	return best
 }
