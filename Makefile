@@ -25,7 +25,7 @@ test: ## the test suite, race detector on (integration tests run when SURVEYSYNC
 # warehouse, the file index and the feed ledger once more, every Sink they
 # open in cluster mode (replicated, ON CLUSTER). No race detector: the code
 # under test is the one the first pass raced; this pass is about ClickHouse.
-CLUSTER_ONLY_PKGS ?= ./internal/chcluster/ ./sink/clickhouse/ ./cmd/surveysync/
+CLUSTER_ONLY_PKGS ?= ./internal/testkit/chcluster/ ./sink/clickhouse/ ./cmd/surveysync/
 CLUSTER_TEST_PKGS ?= ./sink/clickhouse/ ./source/feed/
 
 test-cluster: ## the tests that use the test cluster (make cluster-up, then export its variables)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/surveysync/surveysync/config"
 	"github.com/surveysync/surveysync/internal/dirlock"
+	"github.com/surveysync/surveysync/internal/testkit/chtest"
 	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
 	"github.com/surveysync/surveysync/sink/warehouse"
 )
 

@@ -19,11 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/internal/faultproxy"
+	"github.com/surveysync/surveysync/internal/testkit/chtest"
+	"github.com/surveysync/surveysync/internal/testkit/faultproxy"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"
 )

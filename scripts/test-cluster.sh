@@ -6,7 +6,7 @@
 #
 # -run REGEX     only the tests it matches (go test -run): make test-cluster
 #                runs the cluster tests (named TestCluster…, which
-#                internal/chcluster.FromEnv enforces) of every package that
+#                internal/testkit/chcluster.FromEnv enforces) of every package that
 #                has them this way
 # -on-cluster    SURVEYSYNC_TEST_CLICKHOUSE_ON_CLUSTER=1: the ClickHouse
 #                integration tests once more, every Sink they open in cluster
@@ -15,7 +15,7 @@
 # Environment: the variables cluster-up.sh prints (the cluster's addresses,
 # name and SURVEYSYNC_TEST_CLICKHOUSE_CLUSTER_DIR); TEST_CLUSTER_TIMEOUT (go
 # test -timeout, 20m). The tests run with SURVEYSYNC_TEST_CLUSTER_GUARD=1:
-# internal/chcluster.FromEnv skips a cluster test without it, so that none
+# internal/testkit/chcluster.FromEnv skips a cluster test without it, so that none
 # runs unguarded in the first pass of make test (seen in CI on 2026-11-27:
 # a copy test of that pass stalled on a node whose DDLWorker had stopped).
 #

@@ -11,10 +11,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/surveysync/surveysync/internal/testkit/chtest"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/sink/warehouse"
 	"github.com/surveysync/surveysync/source/surveyapi"

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/surveysync/surveysync/internal/diskfault"
+	"github.com/surveysync/surveysync/internal/testkit/diskfault"
 )
 
 // The spool's disk fills (or its folder turns read-only): the webhook

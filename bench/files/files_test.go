@@ -27,10 +27,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/surveysync/surveysync/internal/testkit/blobtest"
 	"github.com/surveysync/surveysync/pipeline/files"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/blob"
-	"github.com/surveysync/surveysync/sink/blob/blobtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/survey"

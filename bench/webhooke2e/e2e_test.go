@@ -35,7 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/internal/faultproxy"
+	"github.com/surveysync/surveysync/internal/testkit/faultproxy"
 	"github.com/surveysync/surveysync/pipeline"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/clickhouse"

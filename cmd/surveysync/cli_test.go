@@ -14,7 +14,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 	"github.com/surveysync/surveysync/pipeline/flatten"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/parquet"

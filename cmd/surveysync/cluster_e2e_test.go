@@ -12,7 +12,7 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/surveysync/surveysync/config"
-	"github.com/surveysync/surveysync/internal/chcluster"
+	"github.com/surveysync/surveysync/internal/testkit/chcluster"
 	"github.com/surveysync/surveysync/sim"
 )
 

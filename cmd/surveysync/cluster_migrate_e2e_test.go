@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/chcluster"
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/chcluster"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/clickhouse"
 )

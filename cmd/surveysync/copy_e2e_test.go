@@ -11,7 +11,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/surveysync/surveysync/internal/chserver"
+	"github.com/surveysync/surveysync/internal/testkit/chserver"
 	"github.com/surveysync/surveysync/sim"
 )
 

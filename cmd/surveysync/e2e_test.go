@@ -26,7 +26,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/surveysync/surveysync/daemon"
-	"github.com/surveysync/surveysync/internal/faultproxy"
+	"github.com/surveysync/surveysync/internal/testkit/faultproxy"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/survey"
 )

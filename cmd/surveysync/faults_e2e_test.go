@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/diskfault"
+	"github.com/surveysync/surveysync/internal/testkit/diskfault"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/survey"

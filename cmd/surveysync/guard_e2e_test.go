@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/daemon"
-	"github.com/surveysync/surveysync/internal/faultproxy"
+	"github.com/surveysync/surveysync/internal/testkit/faultproxy"
 	"github.com/surveysync/surveysync/sim"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 	"github.com/surveysync/surveysync/sim"
 )
 

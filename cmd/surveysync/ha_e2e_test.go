@@ -16,7 +16,7 @@ import (
 
 	"github.com/surveysync/surveysync/daemon"
 	"github.com/surveysync/surveysync/internal/ha"
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 	"github.com/surveysync/surveysync/sim"
 )
 

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/surveysync/surveysync/daemon"
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 	"github.com/surveysync/surveysync/sim"
 	"github.com/surveysync/surveysync/survey"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 	"github.com/surveysync/surveysync/sim"
 )
 

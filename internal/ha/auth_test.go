@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 )
 
 // connect opens a plain client on addr, authenticated as auth (none when

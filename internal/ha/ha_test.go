@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/surveysync/surveysync/internal/zktest"
+	"github.com/surveysync/surveysync/internal/testkit/zktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surveysync/surveysync/internal/permanent"
+	"github.com/surveysync/surveysync/internal/testkit/blobtest"
 	"github.com/surveysync/surveysync/pipeline/files"
-	"github.com/surveysync/surveysync/sink/blob/blobtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/survey"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/surveysync/surveysync/internal/backoff"
-	"github.com/surveysync/surveysync/sink/blob/blobtest"
+	"github.com/surveysync/surveysync/internal/testkit/blobtest"
 )
 
 // The doctor's round trip works on both stores and leaves nothing behind.

@@ -16,7 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/surveysync/surveysync/internal/chcluster"
+	"github.com/surveysync/surveysync/internal/testkit/chcluster"
 	"github.com/surveysync/surveysync/pipeline"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/surveysync/surveysync/internal/chserver"
+	"github.com/surveysync/surveysync/internal/testkit/chserver"
 )
 
 // lockedBuf is a log sink safe for concurrent writes.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/surveysync/surveysync/internal/chcluster"
+	"github.com/surveysync/surveysync/internal/testkit/chcluster"
 	"github.com/surveysync/surveysync/pipeline"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/surveysync/surveysync/internal/diskfault"
+	"github.com/surveysync/surveysync/internal/testkit/diskfault"
 	"github.com/surveysync/surveysync/pipeline"
 )
 

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/testkit/chtest"
+	"github.com/surveysync/surveysync/internal/testkit/feedtest"
 	chsink "github.com/surveysync/surveysync/sink/clickhouse"
-	"github.com/surveysync/surveysync/sink/clickhouse/chtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
-	"github.com/surveysync/surveysync/source/feed/feedtest"
 )
 
 // openCH opens the ClickHouse sink on a fresh database (dropped after the

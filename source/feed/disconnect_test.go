@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/testkit/feedtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
-	"github.com/surveysync/surveysync/source/feed/feedtest"
 )
 
 // slowLedger is a ledger like ClickHouse: a write takes a while and fails

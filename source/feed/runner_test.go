@@ -24,9 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/surveysync/surveysync/internal/testkit/feedtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
-	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/source/surveyapi"
 	"github.com/surveysync/surveysync/survey"
 )

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/surveysync/surveysync/internal/testkit/feedtest"
 	"github.com/surveysync/surveysync/sink/parquet"
 	"github.com/surveysync/surveysync/source/feed"
-	"github.com/surveysync/surveysync/source/feed/feedtest"
 	"github.com/surveysync/surveysync/webhookrx"
 )
 

@@ -33,7 +33,7 @@ func Start(t testing.TB, password string) *Server {
 		t.Skip("SURVEYSYNC_TEST_CLICKHOUSE_ADDR is not set")
 	}
 	_, file, _, _ := runtime.Caller(0)
-	scripts := filepath.Join(filepath.Dir(file), "..", "..", "scripts")
+	scripts := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts")
 	tcp, http := freePort(t), freePort(t)
 	s := &Server{Addr: "127.0.0.1:" + tcp, HTTP: "127.0.0.1:" + http, Password: password, Dir: t.TempDir()}
 	t.Cleanup(func() {

@@ -44,7 +44,7 @@ type Server struct {
 
 func scripts() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "scripts")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts")
 }
 
 // Start starts a private ZooKeeper on a free loopback port, stopped and
