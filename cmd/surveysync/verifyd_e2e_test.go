@@ -304,9 +304,18 @@ func testDaemonVerificationRepairs(t *testing.T, w *testWarehouse) {
 	exactAgainstEmulator(t, e, wh, sid)
 
 	// The history: each count exactly, over at most two drifted passes.
-	sts, err := wh.VerifyLog().VerifyStates(context.Background())
-	if err != nil || len(sts) != 1 || sts[0].Result != warehouse.VerifyClean || sts[0].LastClean.Before(damaged) {
-		t.Fatalf("verification states: %+v, %v", sts, err)
+	// The counters move when a pass ends; its history row is written just
+	// after: wait for it (a CI run read the drifted pass before it).
+	var sts []warehouse.VerifyState
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		sts, err = wh.VerifyLog().VerifyStates(context.Background())
+		if err == nil && len(sts) == 1 && sts[0].Result == warehouse.VerifyClean && !sts[0].LastClean.Before(damaged) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("verification states: %+v, %v", sts, err)
+		}
 	}
 	// Each difference counted once, whichever pass saw it (a pass may run
 	// while the damage is being made).
